@@ -1,0 +1,243 @@
+"""SiLU-and-mul for the fused gate/up GEMM output of an MoE layer, in plain Triton.
+
+``gateup[M, 2N]`` holds, per row, the gate and up projections of one token; the op writes
+``out[M, N] = silu(gate) * up [* w_row]`` in one of two layouts:
+
+* interleaved:      ``g0 u0 g1 u1 ... g{N-1} u{N-1}``
+* non-interleaved:  ``g0 g1 ... g{N-1} u0 u1 ... u{N-1}``
+
+The two kernels below are a port of helion kernels that must stay bit-identical to them, so
+the arithmetic is written in exactly one order (``_silu_mul``): upcast to fp32,
+``gate * sigmoid(gate) * up``, the optional per-row weight multiplied last, one rounding cast at
+the store. Everything else (tiles, masks, cache hints) is free to change because it cannot move
+a bit of the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from . import _backend
+from ._validate import FLOAT_DTYPES, check_out_dtype, check_row_major, check_same_device, check_tensor
+
+INT32_LIMIT = 2**31
+
+
+@triton.jit
+def _silu_mul(gate, up):
+    """The one operation order shared by every kernel of the workbook (and the fused FP4 path)."""
+    g = gate.to(tl.float32)
+    u = up.to(tl.float32)
+    return g * tl.sigmoid(g) * u
+
+
+@triton.jit(do_not_specialize=["M"])
+def silu_and_mul_interleaved_kernel(
+    gateup_ptr,  # [M, 2N] rows of g0 u0 g1 u1 ...; unit stride within a row
+    weight_ptr,  # [M] per-row weights (any float dtype); unused unless HAS_WEIGHT
+    out_ptr,  # [M, N]
+    M,  # rows: a runtime value, so a new batch size never recompiles
+    stride_in,  # row stride of gateup, in elements
+    stride_out,  # row stride of out, in elements
+    N: tl.constexpr,  # output width: a compile-time constant (a few per model)
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    EVEN_M: tl.constexpr,  # M % BLOCK_M == 0 (always true when BLOCK_M == 1): no row mask
+    EVEN_N: tl.constexpr,  # N % BLOCK_N == 0: no column mask
+    HAS_WEIGHT: tl.constexpr,
+    INT64: tl.constexpr,  # numel >= 2**31: row offsets computed in int64
+):
+    # Flat 1-D grid, N tiles fastest: neighbouring programs stream consecutive slices of a row.
+    N_TILES: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
+    pid = tl.program_id(0)
+    pid_m = pid // N_TILES
+    pid_n = pid % N_TILES
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    if INT64:
+        rows = rows.to(tl.int64)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # output columns
+    cols2 = pid_n * (2 * BLOCK_N) + tl.arange(0, 2 * BLOCK_N)  # the g/u pairs feeding them
+    # Static masks: each flag removes its mask from the compiled code altogether.
+    in_mask = None
+    out_mask = None
+    if not EVEN_N:
+        in_mask = (cols2 < 2 * N)[None, :]
+        out_mask = (cols < N)[None, :]
+    if not EVEN_M:
+        row_ok = (rows < M)[:, None]
+        in_mask = row_ok if EVEN_N else row_ok & in_mask
+        out_mask = row_ok if EVEN_N else row_ok & out_mask
+    # One contiguous [BLOCK_M, 2*BLOCK_N] slab, streamed once (evict_first), then split in
+    # registers: a strided gather of every other element would halve the useful bandwidth.
+    x = tl.load(gateup_ptr + rows[:, None] * stride_in + cols2[None, :], mask=in_mask, eviction_policy="evict_first")
+    gate, up = tl.split(tl.reshape(x, (BLOCK_M, BLOCK_N, 2)))
+    y = _silu_mul(gate, up)
+    if HAS_WEIGHT:
+        # Weights are tiny and reused by every column tile of the row: keep them (evict_last).
+        if EVEN_M:
+            w = tl.load(weight_ptr + rows, eviction_policy="evict_last")
+        else:
+            w = tl.load(weight_ptr + rows, mask=rows < M, eviction_policy="evict_last")
+        y = y * w.to(tl.float32)[:, None]
+    # The only rounding of the whole op: fp32 -> output dtype at the store.
+    tl.store(out_ptr + rows[:, None] * stride_out + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=out_mask)
+
+
+@triton.jit(do_not_specialize=["M"])
+def silu_and_mul_non_interleaved_kernel(
+    gateup_ptr,  # [M, 2N] rows of g0..g{N-1} u0..u{N-1}; unit stride within a row
+    weight_ptr,
+    out_ptr,
+    M,
+    stride_in,
+    stride_out,
+    N: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    EVEN_M: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    INT64: tl.constexpr,
+):
+    N_TILES: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
+    pid = tl.program_id(0)
+    pid_m = pid // N_TILES
+    pid_n = pid % N_TILES
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    if INT64:
+        rows = rows.to(tl.int64)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = None
+    if not EVEN_N:
+        mask = (cols < N)[None, :]
+    if not EVEN_M:
+        row_ok = (rows < M)[:, None]
+        mask = row_ok if EVEN_N else row_ok & mask
+    # Two contiguous streams: the gate half and, N elements further on, the up half.
+    g_ptrs = gateup_ptr + rows[:, None] * stride_in + cols[None, :]
+    gate = tl.load(g_ptrs, mask=mask, eviction_policy="evict_first")
+    up = tl.load(g_ptrs + N, mask=mask, eviction_policy="evict_first")
+    y = _silu_mul(gate, up)
+    if HAS_WEIGHT:
+        if EVEN_M:
+            w = tl.load(weight_ptr + rows, eviction_policy="evict_last")
+        else:
+            w = tl.load(weight_ptr + rows, mask=rows < M, eviction_policy="evict_last")
+        y = y * w.to(tl.float32)[:, None]
+    tl.store(out_ptr + rows[:, None] * stride_out + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    BLOCK_M: int
+    BLOCK_N: int
+    num_warps: int
+
+    def grid(self, M: int, N: int) -> tuple[int]:
+        return (triton.cdiv(M, self.BLOCK_M) * triton.cdiv(N, self.BLOCK_N),)
+
+
+def launch_config(M: int, N: int) -> LaunchConfig:
+    """The launch heuristic that replaces an autotune table.
+
+    * ``BLOCK_N``: the widest power of two up to 1024 that divides N, so the column mask
+      disappears; odd widths get a masked 256-wide tile (or the next power of two if smaller).
+    * ``BLOCK_M``: 1 for decode batches (M <= 64), so the grid covers M exactly, no row mask and
+      one row's slices are spread over several programs; for prefill, enough rows to give each
+      program about 2048 outputs (16 KB of traffic in bf16), which amortizes the index math.
+    * ``num_warps``: one warp per 256 outputs, between 2 and 8 (8 bf16 outputs a thread, so
+      loads are 16-byte vectors).
+    """
+    block_n = next((b for b in (1024, 512, 256, 128) if N % b == 0), None)
+    if block_n is None:
+        block_n = min(triton.next_power_of_2(N), 256)
+    block_m = 1 if M <= 64 else max(1, 2048 // block_n)
+    warps = min(8, max(2, block_m * block_n // 256))
+    return LaunchConfig(block_m, block_n, warps)
+
+
+def _check_args(gateup, topk_weights, out_dtype, out, interleaved):
+    check_tensor("gateup", gateup, ndim=2, dtypes=FLOAT_DTYPES)
+    if gateup.shape[1] % 2:
+        raise ValueError(f"gateup's last dimension must be even (gate and up halves), got {gateup.shape[1]}")
+    if gateup.shape[1] == 0:
+        raise ValueError("gateup's last dimension must be at least 2 (N >= 1)")
+    check_row_major("gateup", gateup)
+    if not isinstance(interleaved, bool):
+        raise TypeError(f"interleaved must be a bool, got {type(interleaved).__name__}")
+    check_out_dtype(out_dtype)
+    M, N = gateup.shape[0], gateup.shape[1] // 2
+    if topk_weights is not None:
+        check_tensor("topk_weights", topk_weights, ndim=1, dtypes=FLOAT_DTYPES)
+        check_same_device("gateup", gateup, "topk_weights", topk_weights)
+        if topk_weights.shape[0] != M:
+            raise ValueError(f"topk_weights must have shape ({M},), got {tuple(topk_weights.shape)}")
+    if out is not None:
+        check_tensor("out", out, ndim=2, dtypes=FLOAT_DTYPES)
+        check_same_device("gateup", gateup, "out", out)
+        if tuple(out.shape) != (M, N):
+            raise ValueError(f"out must have shape ({M}, {N}), got {tuple(out.shape)}")
+        if out_dtype is not None and out.dtype != out_dtype:
+            raise TypeError(f"out has dtype {out.dtype} but out_dtype={out_dtype}")
+        check_row_major("out", out)
+    return M, N
+
+
+def silu_and_mul(
+    gateup: torch.Tensor,
+    topk_weights: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+    *,
+    interleaved: bool = True,
+    out: torch.Tensor | None = None,
+    config: LaunchConfig | None = None,
+) -> torch.Tensor:
+    """``silu(gate) * up [* topk_weights[:, None]]`` over the fused gate/up GEMM output.
+
+    Args:
+        gateup: ``[M, 2N]`` bf16, fp16 or fp32, on CUDA (compiled kernels) or CPU (Triton
+            interpreter). Rows may be strided; elements within a row must be contiguous.
+            ``interleaved=True``: ``g0 u0 g1 u1 ...``; ``False``: ``g0..g{N-1} u0..u{N-1}``.
+        topk_weights: optional ``[M]`` float tensor, multiplied last (in fp32).
+        out_dtype: bf16, fp16 or fp32; defaults to ``out.dtype`` or ``gateup.dtype``.
+        interleaved: the layout of ``gateup`` (keyword only).
+        out: optional ``[M, N]`` output to write into (keyword only).
+        config: optional :class:`LaunchConfig` overriding :func:`launch_config` (benchmarks).
+
+    Returns:
+        ``[M, N]`` tensor of ``out_dtype``: each element computed in fp32 as
+        ``g * sigmoid(g) * u [* w]`` and rounded once.
+    """
+    M, N = _check_args(gateup, topk_weights, out_dtype, out, interleaved)
+    if out is None:
+        out = torch.empty((M, N), dtype=out_dtype or gateup.dtype, device=gateup.device)
+    if M == 0:
+        return out
+    cfg = config or launch_config(M, N)
+    kernel = silu_and_mul_interleaved_kernel if interleaved else silu_and_mul_non_interleaved_kernel
+    stride_in, stride_out = gateup.stride(0), out.stride(0)
+    int64 = max(M * stride_in, M * stride_out) >= INT32_LIMIT
+    _backend.launch(
+        kernel,
+        cfg.grid(M, N),
+        gateup.device,
+        gateup,
+        topk_weights if topk_weights is not None else gateup,
+        out,
+        M,
+        stride_in,
+        stride_out,
+        N=N,
+        BLOCK_M=cfg.BLOCK_M,
+        BLOCK_N=cfg.BLOCK_N,
+        EVEN_M=M % cfg.BLOCK_M == 0,
+        EVEN_N=N % cfg.BLOCK_N == 0,
+        HAS_WEIGHT=topk_weights is not None,
+        INT64=int64,
+        num_warps=cfg.num_warps,
+    )
+    return out
