@@ -1,7 +1,25 @@
-"""inkling-kernels: the Inkling MoE activation kernels ported from helion to plain Triton."""
+"""inkling-kernels: the Inkling MoE activation kernels ported from helion to plain Triton.
 
+Public API (one function per op; kernels are private to their modules):
+
+* :func:`silu_and_mul`: ``silu(gate) * up [* w]`` for interleaved and non-interleaved layouts.
+* :func:`nvfp4_quant`: NVFP4 quantization per expert, 128x4-swizzled scales.
+* :func:`silu_and_mul_nvfp4_quant`: both in one kernel, bit-identical to the two-kernel path.
+"""
+
+from ._backend import interpreter_bf16_rounding, set_interpreter_bf16_rounding
+from .nvfp4 import nvfp4_quant, silu_and_mul_nvfp4_quant
 from .silu_and_mul import LaunchConfig, launch_config, silu_and_mul
 
 __version__ = "0.1.0"
 
-__all__ = ["LaunchConfig", "launch_config", "silu_and_mul", "__version__"]
+__all__ = [
+    "LaunchConfig",
+    "launch_config",
+    "silu_and_mul",
+    "nvfp4_quant",
+    "silu_and_mul_nvfp4_quant",
+    "set_interpreter_bf16_rounding",
+    "interpreter_bf16_rounding",
+    "__version__",
+]

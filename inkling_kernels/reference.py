@@ -104,3 +104,185 @@ def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
         return True
     a, b = a.detach().contiguous().cpu(), b.detach().contiguous().cpu()
     return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+# ---------------------------------------------------------------------------------------------
+# NVFP4
+
+NVFP4_BLOCK = 16  # elements sharing one e4m3 scale
+E2M1_MAX = 6.0
+E4M3_MAX = 448.0
+
+#: The 16 e2m1 codes (sign bit 3, then 2 exponent bits and 1 mantissa bit) and their values.
+E2M1_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+NVFP4_FORMULA = """\
+NVFP4 quantization as this workbook defines it (reference and kernels follow it exactly).
+
+Inputs: x, the activation in its storage dtype (bf16/fp16; the fused kernel rounds silu*mul to
+that dtype first), read as fp32; gs, the fp32 global scale of the row's expert (conventionally
+448 * 6 / amax(x)). For each row and each block of 16 consecutive elements x_0..x_15:
+
+  1. amax = max_i |x_i|                  (fp32; NaN if any x_i is NaN)
+  2. s    = gs * (amax / 6)              (fp32, each op rounded to nearest even; "/" is an
+                                          IEEE division: div_rn in the kernels, not div.full)
+  3. s    = min(max(s, 0), 448)          (NaN stays NaN)
+  4. s8   = e4m3(s)                      (round to nearest, ties to even; NaN -> 0x7F);
+                                          the scale byte stored
+  5. mult = gs / float(s8)               (IEEE division; 0 where s8 == 0; NaN where s8 is NaN)
+  6. t_i  = x_i * mult                   (fp32)
+  7. q_i  = e2m1(t_i)                    (round to nearest, ties to even, |t| > 6 saturates to 6,
+                                          sign kept (-0 included), NaN -> +0)
+  8. byte j of the row = q_{2j} | q_{2j+1} << 4
+
+Dequantization: x'_i = value(q_i) * (float(s8) / gs), in fp32.
+A block containing NaN therefore stores scale NaN and dequantizes to NaN throughout; +-Inf
+saturates to +-6 at the largest scale (448); an all-zero block stores scale 0 and codes +0.
+"""
+
+
+def e4m3_encode_ref(s: torch.Tensor) -> torch.Tensor:
+    """fp32 -> e4m3 byte (uint8) by torch's own float8_e4m3fn conversion, after the clamp of
+    step 3 (which also turns -0 into +0); NaN of either sign becomes the canonical 0x7F."""
+    s = s.float()
+    clamped = s.nan_to_num(nan=0.0).clamp(0.0, E4M3_MAX) + 0.0
+    return torch.where(torch.isnan(s), 0x7F, clamped.to(torch.float8_e4m3fn).view(torch.uint8)).to(torch.uint8)
+
+
+def e4m3_decode_ref(b: torch.Tensor) -> torch.Tensor:
+    """e4m3 byte (uint8) -> fp32, by torch's float8_e4m3fn."""
+    return b.view(torch.float8_e4m3fn).float()
+
+
+def e2m1_encode_ref(t: torch.Tensor) -> torch.Tensor:
+    """fp32 -> e2m1 code (uint8, 0..15): nearest of the 8 magnitudes, ties to the even code."""
+    t = t.float()
+    a = t.abs().nan_to_num(nan=0.0).clamp(max=E2M1_MAX)
+    mags = E2M1_VALUES[:8].to(t.device)
+    dist = (a[..., None] - mags).abs()
+    best = dist.min(dim=-1, keepdim=True).values
+    # among the nearest magnitudes prefer an even code (mantissa bit 0): ties to even
+    candidates = dist == best
+    even_first = candidates & (torch.arange(8, device=t.device) % 2 == 0)
+    code = torch.where(even_first.any(-1), even_first.int().argmax(-1), candidates.int().argmax(-1))
+    negative = torch.signbit(t) & ~torch.isnan(t)
+    return (code + 8 * negative.int()).to(torch.uint8)
+
+
+def e2m1_decode_ref(codes: torch.Tensor) -> torch.Tensor:
+    return E2M1_VALUES.to(codes.device)[codes.long()]
+
+
+def pack_e2m1(codes: torch.Tensor) -> torch.Tensor:
+    """``[..., 2K]`` codes -> ``[..., K]`` bytes, element 2i in the low nibble."""
+    c = codes.to(torch.uint8)
+    return c[..., 0::2] | (c[..., 1::2] << 4)
+
+
+def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
+    lo, hi = packed & 0xF, packed >> 4
+    return torch.stack((lo, hi), dim=-1).reshape(*packed.shape[:-1], packed.shape[-1] * 2)
+
+
+def nvfp4_quant_ref(x: torch.Tensor, global_scale) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize ``x[M, N]`` (N a multiple of 16) with one fp32 global scale, by ``NVFP4_FORMULA``.
+
+    Returns ``packed uint8[M, N/2]`` and linear ``scales uint8[M, N/16]`` (e4m3 bytes; view them
+    with ``.view(torch.float8_e4m3fn)``).
+    """
+    check_tensor("x", x, ndim=2, dtypes=FLOAT_DTYPES)
+    M, N = x.shape
+    if N % NVFP4_BLOCK:
+        raise ValueError(f"x's last dimension must be a multiple of {NVFP4_BLOCK}, got {N}")
+    gs = torch.as_tensor(global_scale, dtype=torch.float32, device=x.device).reshape(())
+    xb = x.float().reshape(M, N // NVFP4_BLOCK, NVFP4_BLOCK)
+    amax = xb.abs().amax(dim=-1)  # NaN-propagating
+    s = gs * (amax / 6.0)
+    s8 = e4m3_encode_ref(s)
+    sf = e4m3_decode_ref(s8)
+    mult = torch.where(sf == 0, torch.zeros_like(sf), gs / sf)
+    t = xb * mult[..., None]
+    codes = e2m1_encode_ref(t).reshape(M, N)
+    return pack_e2m1(codes), s8
+
+
+def nvfp4_dequant_ref(packed: torch.Tensor, scales: torch.Tensor, global_scale, dtype=torch.float32) -> torch.Tensor:
+    """Inverse of :func:`nvfp4_quant_ref` (linear scales): ``value(q) * (float(s8) / gs)``."""
+    values = e2m1_decode_ref(unpack_e2m1(packed))
+    M, N = values.shape
+    gs = torch.as_tensor(global_scale, dtype=torch.float32, device=packed.device).reshape(())
+    per_block = e4m3_decode_ref(scales) / gs
+    return (values.reshape(M, N // NVFP4_BLOCK, NVFP4_BLOCK) * per_block[..., None]).reshape(M, N).to(dtype)
+
+
+def _round_up(v: int, m: int) -> int:
+    return (v + m - 1) // m * m
+
+
+def swizzle_blockscale(scales: torch.Tensor) -> torch.Tensor:
+    """Linear ``[R, C]`` scale bytes -> the 128x4-swizzled ``[R128, C4]`` buffer (R128, C4: R, C
+    rounded up to multiples of 128 and 4; padding zero). Byte (m, k) lands at flat offset
+    ``(m // 128) * (C4 * 128) + (k // 4) * 512 + (m % 32) * 16 + ((m % 128) // 32) * 4 + k % 4``.
+    """
+    R, C = scales.shape
+    R128, C4 = _round_up(R, 128), _round_up(C, 4)
+    padded = torch.zeros((R128, C4), dtype=scales.dtype, device=scales.device)
+    padded[:R, :C] = scales
+    # row m = 128*a + 32*b + c, column k = 4*d + e  ->  memory order (a, d, c, b, e)
+    tiles = padded.reshape(R128 // 128, 4, 32, C4 // 4, 4).permute(0, 3, 2, 1, 4)
+    return tiles.contiguous().reshape(R128, C4)
+
+
+def unswizzle_blockscale(swizzled: torch.Tensor, rows: int | None = None, cols: int | None = None) -> torch.Tensor:
+    """Inverse of :func:`swizzle_blockscale`, cropped to ``rows x cols`` when given."""
+    R128, C4 = swizzled.shape
+    tiles = swizzled.reshape(R128 // 128, C4 // 4, 32, 4, 4).permute(0, 3, 2, 1, 4)
+    linear = tiles.contiguous().reshape(R128, C4)
+    return linear[: rows if rows is not None else R128, : cols if cols is not None else C4]
+
+
+def swizzled_offset(m: int, k: int, n_scale_cols: int) -> int:
+    """The flat byte offset of scale (m, k) in the 128x4 layout (the formula, for checks)."""
+    k4 = (n_scale_cols + 3) // 4
+    return (m // 128) * (k4 * 512) + (k // 4) * 512 + (m % 32) * 16 + ((m % 128) // 32) * 4 + (k % 4)
+
+
+def padded_blockscale_offsets(expert_offsets: torch.Tensor) -> torch.Tensor:
+    """Each expert's scale rows start at a multiple of 128: cumsum of counts rounded up to 128."""
+    counts = expert_offsets[1:] - expert_offsets[:-1]
+    padded = (counts + 127) // 128 * 128
+    return torch.cat((torch.zeros(1, dtype=expert_offsets.dtype, device=expert_offsets.device), padded.cumsum(0)))
+
+
+def nvfp4_quant_experts_ref(
+    x: torch.Tensor,
+    global_scale: torch.Tensor,
+    expert_offsets: torch.Tensor,
+    blockscale_offsets: torch.Tensor | None = None,
+    *,
+    swizzle: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-expert :func:`nvfp4_quant_ref` of ``x[M, N]``: expert e owns rows
+    ``expert_offsets[e]:expert_offsets[e+1]`` and scale rows from ``blockscale_offsets[e]``.
+
+    Returns packed ``uint8[M, N/2]`` and scales: swizzled ``uint8[blockscale_offsets[-1], C4]``
+    (zero padding) if ``swizzle``, else linear ``uint8[M, N/16]``.
+    """
+    M, N = x.shape
+    eo = [int(v) for v in expert_offsets.cpu()]
+    if blockscale_offsets is None:
+        blockscale_offsets = padded_blockscale_offsets(expert_offsets.cpu())
+    bo = [int(v) for v in blockscale_offsets.cpu()]
+    gs = global_scale.float().reshape(-1).cpu()
+    packed = torch.empty((M, N // 2), dtype=torch.uint8)
+    linear = torch.empty((M, N // NVFP4_BLOCK), dtype=torch.uint8)
+    C4 = _round_up(N // NVFP4_BLOCK, 4)
+    swizzled = torch.zeros((bo[-1], C4), dtype=torch.uint8)
+    for e in range(len(eo) - 1):
+        rows = slice(eo[e], eo[e + 1])
+        p, s = nvfp4_quant_ref(x[rows].cpu(), gs[e])
+        packed[rows], linear[rows] = p, s
+        if swizzle and eo[e + 1] > eo[e]:
+            block = swizzle_blockscale(s)
+            swizzled[bo[e] : bo[e] + block.shape[0]] = block
+    return packed.to(x.device), (swizzled if swizzle else linear).to(x.device)

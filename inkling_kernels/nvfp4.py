@@ -1,0 +1,418 @@
+"""NVFP4 quantization for packed MoE experts, and the fused SiLU-and-mul + NVFP4 kernel.
+
+After the first grouped GEMM of an NVFP4 MoE, the activation ``silu(gate) * up`` is quantized
+to NVFP4 for the second GEMM. Unfused, that is two kernels and an intermediate tensor:
+``silu_and_mul`` writes ``[M, N]`` bf16 (2N bytes a row), which ``nvfp4_quant`` reads back.
+The fused kernel reads ``gateup`` once and writes only the packed FP4 (N/2 bytes a row) and the
+scales (N/16 bytes a row): per row 4N + 0.5625N bytes instead of 4N + 2N + 2N + 0.5625N.
+
+Both kernels follow :data:`inkling_kernels.reference.NVFP4_FORMULA` exactly. The fused one
+computes silu*mul with the same helper as :mod:`inkling_kernels.silu_and_mul` and rounds it to
+the activation dtype in registers, exactly where the unfused path stores it, so the two paths
+agree bit for bit. Rounding to e4m3 and e2m1 is done with integer and compare operations, not
+with hardware conversions, so the GPU and the interpreter round identically.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import _backend
+from ._validate import ACT_DTYPES_FP4, FLOAT_DTYPES, check_offsets, check_row_major, check_same_device, check_tensor
+from .reference import NVFP4_BLOCK, padded_blockscale_offsets
+from .silu_and_mul import INT32_LIMIT, _silu_mul
+
+ACT_NONE, ACT_INTERLEAVED, ACT_NON_INTERLEAVED = 0, 1, 2
+
+
+@triton.jit
+def _e4m3_round(s):
+    """fp32 ``s`` in [0, 448] -> (e4m3 byte as int32, its exact fp32 value), ties to even.
+
+    Keep 3 fractional bits for normal e4m3 values (drop 20 of fp32's 23 mantissa bits), and a
+    fixed quantum of 2**-9 below 2**-6 (subnormals): drop ``141 - e`` bits there, where ``e`` is
+    the biased fp32 exponent. The dropped bits are rounded half-to-even on the integer
+    significand; a carry into the next binade falls out of the byte formula by itself.
+    """
+    bits = s.to(tl.int32, bitcast=True)
+    e = bits >> 23  # biased exponent (s >= 0, so no sign bit)
+    drop = tl.minimum(tl.maximum(141 - e, 20), 31)
+    sig = (bits & 0x7FFFFF) | 0x800000
+    half = (1 << (drop - 1)) - 1
+    r = (sig + half + ((sig >> drop) & 1)) >> drop  # rounded significand, 0..16
+    byte = (tl.maximum(e - 121, 0) << 3) + r
+    # value = r * 2**(e - 23 + drop - 127): build the power of two from its exponent bits
+    quantum = ((e - 23 + drop) << 23).to(tl.float32, bitcast=True)
+    return byte, r.to(tl.float32) * quantum
+
+
+@triton.jit
+def _e2m1_code(t):
+    """fp32 -> e2m1 code (int32 0..15): compares against the midpoints of the grid
+    {0, .5, 1, 1.5, 2, 3, 4, 6}; ``>`` or ``>=`` at each midpoint sends ties to the even code."""
+    a = tl.abs(t)
+    mag = (
+        (a > 0.25).to(tl.int32)
+        + (a >= 0.75).to(tl.int32)
+        + (a > 1.25).to(tl.int32)
+        + (a >= 1.75).to(tl.int32)
+        + (a > 2.5).to(tl.int32)
+        + (a >= 3.5).to(tl.int32)
+        + (a > 5.0).to(tl.int32)
+    )
+    negative = ((t.to(tl.int32, bitcast=True) >> 31) & 1) * (t == t).to(tl.int32)  # sign bit, NaN -> +
+    return mag + 8 * negative
+
+
+@triton.jit
+def e4m3_encode_kernel(s_ptr, byte_ptr, value_ptr, n, BLOCK: tl.constexpr):
+    """Exposes ``_e4m3_round`` (plus the clamp of the formula) for the exhaustive format tests."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    s = tl.load(s_ptr + offs, mask=mask, other=0.0)
+    is_nan = s != s
+    s = tl.where(is_nan, 0.0, tl.minimum(tl.maximum(s, 0.0), 448.0))
+    byte, value = _e4m3_round(s)
+    byte = tl.where(is_nan, 0x7F, byte)
+    value = tl.where(is_nan, float("nan"), value)
+    tl.store(byte_ptr + offs, byte.to(tl.uint8), mask=mask)
+    tl.store(value_ptr + offs, value, mask=mask)
+
+
+@triton.jit
+def _expert_of_rows(rows, offsets_ptr, E, SEARCH_STEPS: tl.constexpr):
+    """For each row, the largest expert e in [0, E) with offsets[e] <= row (binary search);
+    an empty expert shares its start with the next one, so the non-empty one wins."""
+    lo = tl.zeros_like(rows)
+    hi = tl.zeros_like(rows) + (E - 1)
+    for _ in tl.static_range(SEARCH_STEPS):
+        mid = (lo + hi + 1) // 2
+        ok = tl.load(offsets_ptr + mid) <= rows
+        lo = tl.where(ok, mid, lo)
+        hi = tl.where(ok, hi, mid - 1)
+    return lo
+
+
+@triton.jit(do_not_specialize=["E", "total_scale_rows"])
+def nvfp4_quant_kernel(
+    x_ptr,  # ACT_NONE: x[M, N]; otherwise gateup[M, 2N] in the layout ACT names
+    weight_ptr,  # [M] per-row weights (fused path only, HAS_WEIGHT)
+    gs_ptr,  # [E] fp32 global scale per expert
+    expert_off_ptr,  # [E+1] rows of expert e: expert_off[e] .. expert_off[e+1]
+    scale_off_ptr,  # [E+1] scale rows of expert e start at scale_off[e] (== expert_off if linear)
+    packed_ptr,  # [M, N/2] uint8 out
+    scale_ptr,  # [total_scale_rows, SCALE_COLS] uint8 out (swizzled or linear)
+    stride_x,  # row stride of x_ptr, in elements
+    E,
+    total_scale_rows,
+    N: tl.constexpr,
+    SCALE_COLS: tl.constexpr,  # N/16, padded to a multiple of 4 when SWIZZLE
+    ACT: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    SWIZZLE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # elements of N per program, a multiple of 64
+    SEARCH_STEPS: tl.constexpr,
+    INT64: tl.constexpr,
+):
+    NB: tl.constexpr = BLOCK_K // 16  # scale blocks per program row
+    K_TILES: tl.constexpr = (SCALE_COLS * 16 + BLOCK_K - 1) // BLOCK_K
+    pid = tl.program_id(0)
+    pid_m = pid // K_TILES
+    pid_k = pid % K_TILES
+    # Rows of the scale buffer this program owns (padding rows included) and their experts.
+    r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    r_ok = r < total_scale_rows
+    e = _expert_of_rows(tl.where(r_ok, r, 0), scale_off_ptr, E, SEARCH_STEPS)
+    local = r - tl.load(scale_off_ptr + e)
+    row_start = tl.load(expert_off_ptr + e)
+    valid = r_ok & (local < tl.load(expert_off_ptr + e + 1) - row_start)  # a real token row
+    m = row_start + local
+    if INT64:
+        m = m.to(tl.int64)
+    gs = tl.load(gs_ptr + e)  # [BLOCK_M]
+    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    col_ok = cols < N
+    mask = valid[:, None] & col_ok[None, :]
+
+    # 1. The activation, rounded to its storage dtype exactly as the unfused path stores it.
+    if ACT == 0:
+        x = tl.load(x_ptr + m[:, None] * stride_x + cols[None, :], mask=mask, other=0.0, eviction_policy="evict_first")
+    else:
+        if ACT == 1:
+            cols2 = pid_k * (2 * BLOCK_K) + tl.arange(0, 2 * BLOCK_K)
+            mask2 = valid[:, None] & (cols2 < 2 * N)[None, :]
+            pairs = tl.load(
+                x_ptr + m[:, None] * stride_x + cols2[None, :], mask=mask2, other=0.0, eviction_policy="evict_first"
+            )
+            gate, up = tl.split(tl.reshape(pairs, (BLOCK_M, BLOCK_K, 2)))
+        else:
+            g_ptrs = x_ptr + m[:, None] * stride_x + cols[None, :]
+            gate = tl.load(g_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+            up = tl.load(g_ptrs + N, mask=mask, other=0.0, eviction_policy="evict_first")
+        y = _silu_mul(gate, up)
+        if HAS_WEIGHT:
+            w = tl.load(weight_ptr + m, mask=valid, other=0.0, eviction_policy="evict_last")
+            y = y * w.to(tl.float32)[:, None]
+        x = y.to(x_ptr.dtype.element_ty)
+    x = x.to(tl.float32)
+
+    # 2. One e4m3 scale per 16 elements (steps 1-5 of the formula).
+    xb = tl.reshape(x, (BLOCK_M, NB, 16))
+    amax = tl.max(tl.abs(xb), axis=2)
+    has_nan = tl.max((xb != xb).to(tl.int32), axis=2) > 0
+    s = gs[:, None] * tl.math.div_rn(amax, tl.full(amax.shape, 6.0, tl.float32))
+    s_nan = has_nan | (s != s)
+    s = tl.where(s_nan, 0.0, tl.minimum(tl.maximum(s, 0.0), 448.0))
+    s8, sf = _e4m3_round(s)
+    s8 = tl.where(s_nan, 0x7F, s8)
+    sf_safe = tl.where(sf == 0.0, 1.0, sf)
+    mult = tl.where(sf == 0.0, 0.0, tl.math.div_rn(gs[:, None] + tl.zeros_like(sf), sf_safe))
+    mult = tl.where(s_nan, float("nan"), mult)
+
+    # 3. Scale, round to e2m1, pack two codes a byte (element 2i in the low nibble).
+    q = _e2m1_code(xb * mult[:, :, None])
+    lo, hi = tl.split(tl.reshape(q, (BLOCK_M, BLOCK_K // 2, 2)))
+    packed = (lo | (hi << 4)).to(tl.uint8)
+    pcols = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
+    tl.store(packed_ptr + m[:, None] * (N // 2) + pcols[None, :], packed, mask=valid[:, None] & (pcols < N // 2)[None, :])
+
+    # 4. Scales: real blocks get s8; padding rows and columns get 0.
+    k = pid_k * NB + tl.arange(0, NB)
+    s8 = tl.where(valid[:, None] & (k < N // 16)[None, :], s8, 0)
+    r_s = r
+    if INT64:
+        r_s = r.to(tl.int64)
+    if SWIZZLE:
+        offs = (
+            (r_s // 128)[:, None] * (SCALE_COLS * 128)
+            + (k // 4)[None, :] * 512
+            + (r_s % 32)[:, None] * 16
+            + ((r_s % 128) // 32)[:, None] * 4
+            + (k % 4)[None, :]
+        )
+    else:
+        offs = r_s[:, None] * SCALE_COLS + k[None, :]
+    tl.store(scale_ptr + offs, s8.to(tl.uint8), mask=r_ok[:, None] & (k < SCALE_COLS)[None, :])
+
+
+def _quant_config(N: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_K, num_warps): about 4096 elements a program, BLOCK_K a multiple of 64
+    dividing N where possible; BLOCK_M divides 128 so a tile never straddles two experts'
+    128-row scale groups."""
+    block_k = next((b for b in (512, 256, 128, 64) if N % b == 0), 64)
+    block_m = max(1, min(128, 4096 // block_k))
+    return block_m, block_k, 8
+
+
+def _check_global_scale(global_scale, E: int, device) -> torch.Tensor:
+    check_tensor("global_scale", global_scale, dtypes=(torch.float32,))
+    if global_scale.numel() != E:
+        raise ValueError(f"global_scale must hold one fp32 value per expert ({E}), got shape {tuple(global_scale.shape)}")
+    if global_scale.device != device:
+        raise ValueError(f"global_scale is on {global_scale.device}, expected {device}")
+    return global_scale.reshape(E).contiguous()
+
+
+def _check_offset_values(expert_offsets, blockscale_offsets, M: int, swizzle: bool) -> None:
+    eo = expert_offsets.cpu().long()
+    if int(eo[0]) != 0:
+        raise ValueError(f"expert_offsets must start at 0, got {int(eo[0])}")
+    if bool((eo[1:] < eo[:-1]).any()):
+        raise ValueError("expert_offsets must be non-decreasing")
+    if int(eo[-1]) != M:
+        raise ValueError(f"expert_offsets must end at M={M}, got {int(eo[-1])}")
+    if not swizzle:
+        return
+    bo = blockscale_offsets.cpu().long()
+    if int(bo[0]) != 0:
+        raise ValueError(f"blockscale_offsets must start at 0, got {int(bo[0])}")
+    if bool((bo % 128 != 0).any()):
+        raise ValueError("blockscale_offsets must be multiples of 128 (each expert's scale rows are padded to 128)")
+    counts = eo[1:] - eo[:-1]
+    room = bo[1:] - bo[:-1]
+    if bool((room < counts).any()):
+        bad = int(torch.nonzero(room < counts)[0])
+        raise ValueError(
+            f"blockscale_offsets inconsistent with expert_offsets: expert {bad} has {int(counts[bad])} rows "
+            f"but {int(room[bad])} scale rows"
+        )
+
+
+def _launch_quant(
+    src: torch.Tensor,
+    act: int,
+    N: int,
+    global_scale,
+    expert_offsets,
+    blockscale_offsets,
+    topk_weights,
+    swizzle: bool,
+    out,
+    validate: bool,
+):
+    device = src.device
+    M = src.shape[0]
+    if expert_offsets is None:
+        expert_offsets = torch.tensor([0, M], dtype=torch.int32, device=device)
+    check_offsets("expert_offsets", expert_offsets, device)
+    E = expert_offsets.numel() - 1
+    gs = _check_global_scale(global_scale, E, device)
+    if swizzle:
+        if blockscale_offsets is None:
+            blockscale_offsets = padded_blockscale_offsets(expert_offsets.cpu().long()).to(device)
+        check_offsets("blockscale_offsets", blockscale_offsets, device)
+        if blockscale_offsets.numel() != E + 1:
+            raise ValueError(
+                f"blockscale_offsets must have E+1={E + 1} entries like expert_offsets, got {blockscale_offsets.numel()}"
+            )
+    elif blockscale_offsets is not None:
+        raise ValueError("blockscale_offsets applies to swizzled scales only (swizzle=False was given)")
+    scale_offsets = blockscale_offsets if swizzle else expert_offsets
+    scale_cols = (N // NVFP4_BLOCK + 3) // 4 * 4 if swizzle else N // NVFP4_BLOCK
+    if validate:
+        _check_offset_values(expert_offsets, blockscale_offsets, M, swizzle)
+    if out is not None:
+        packed, scales = out
+        total_rows = scales.shape[0]
+        if packed.shape != (M, N // 2) or packed.dtype != torch.uint8 or packed.device != device:
+            raise ValueError(f"out[0] must be a uint8 tensor of shape ({M}, {N // 2}) on {device}")
+        if scales.dim() != 2 or scales.shape[1] != scale_cols or scales.dtype != torch.uint8 or scales.device != device:
+            raise ValueError(f"out[1] must be a uint8 tensor of shape (rows, {scale_cols}) on {device}")
+        if not (packed.is_contiguous() and scales.is_contiguous()):
+            raise ValueError("out tensors must be contiguous")
+    else:
+        total_rows = int(scale_offsets[-1]) if swizzle else M
+        packed = torch.empty((M, N // 2), dtype=torch.uint8, device=device)
+        scales = torch.empty((total_rows, scale_cols), dtype=torch.uint8, device=device)
+    if total_rows == 0:
+        return packed, scales
+    block_m, block_k, warps = _quant_config(N)
+    grid = (triton.cdiv(total_rows, block_m) * triton.cdiv(scale_cols * 16, block_k),)
+    int64 = max(M * max(src.stride(0), 1), total_rows * scale_cols) >= INT32_LIMIT
+    _backend.launch(
+        nvfp4_quant_kernel,
+        grid,
+        device,
+        src,
+        topk_weights if topk_weights is not None else gs,
+        gs,
+        expert_offsets,
+        scale_offsets,
+        packed,
+        scales,
+        src.stride(0),
+        E,
+        total_rows,
+        N=N,
+        SCALE_COLS=scale_cols,
+        ACT=act,
+        HAS_WEIGHT=topk_weights is not None,
+        SWIZZLE=swizzle,
+        BLOCK_M=block_m,
+        BLOCK_K=block_k,
+        SEARCH_STEPS=max(1, (E - 1).bit_length()),
+        INT64=int64,
+        num_warps=warps,
+    )
+    return packed, scales
+
+
+def nvfp4_quant(
+    x: torch.Tensor,
+    global_scale: torch.Tensor,
+    *,
+    expert_offsets: torch.Tensor | None = None,
+    blockscale_offsets: torch.Tensor | None = None,
+    swizzle: bool = True,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    validate: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize ``x[M, N]`` to NVFP4, each expert's rows with its own global scale.
+
+    Args:
+        x: ``[M, N]`` bf16 or fp16 (fp32 accepted too), N a multiple of 16; rows may be strided.
+        global_scale: fp32 ``[E]`` (``[1]`` or a 0-d tensor without experts), conventionally
+            ``448 * 6 / amax`` of the expert's activations.
+        expert_offsets: int32/int64 ``[E+1]``, rows of expert e are
+            ``expert_offsets[e]:expert_offsets[e+1]`` (non-decreasing, 0 to M). Default ``[0, M]``.
+        blockscale_offsets: int32/int64 ``[E+1]``, where each expert's scale rows start in the
+            swizzled buffer (multiples of 128, room for the expert's rows). Default: the counts
+            rounded up to 128, cumulated (computing it reads ``expert_offsets`` on the host).
+        swizzle: write scales in the 128x4 layout of the NVFP4 GEMM (default) or linear ``[M, N/16]``.
+        out: optional preallocated ``(packed, scales)``; with ``validate=False`` no host sync
+            happens, so the call can be captured in a CUDA graph.
+        validate: check the offsets' values (reads them on the host).
+
+    Returns:
+        ``packed``: uint8 ``[M, N/2]``, element 2i in the low nibble; ``scales``: uint8 e4m3
+        bytes, ``[blockscale_offsets[-1], ceil(N/64)*4]`` swizzled (padding zero) or ``[M, N/16]``.
+    """
+    check_tensor("x", x, ndim=2, dtypes=FLOAT_DTYPES)
+    check_row_major("x", x)
+    N = x.shape[1]
+    if N == 0 or N % NVFP4_BLOCK:
+        raise ValueError(f"x's last dimension must be a positive multiple of {NVFP4_BLOCK}, got {N}")
+    return _launch_quant(
+        x, ACT_NONE, N, global_scale, expert_offsets, blockscale_offsets, None, swizzle, out, validate
+    )
+
+
+def silu_and_mul_nvfp4_quant(
+    gateup: torch.Tensor,
+    global_scale: torch.Tensor,
+    expert_offsets: torch.Tensor,
+    blockscale_offsets: torch.Tensor | None = None,
+    *,
+    interleaved: bool = False,
+    topk_weights: torch.Tensor | None = None,
+    swizzle: bool = True,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    validate: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``nvfp4_quant(silu_and_mul(gateup, topk_weights, interleaved=...), ...)`` in one kernel,
+    bit for bit, with no intermediate tensor.
+
+    Args:
+        gateup: ``[M, 2N]`` bf16 or fp16, N a multiple of 16; gate || up (``interleaved=False``,
+            the default here) or g0 u0 g1 u1 ... (``interleaved=True``).
+        global_scale, expert_offsets, blockscale_offsets, swizzle, out, validate: as in
+            :func:`nvfp4_quant`.
+        topk_weights: optional ``[M]`` float per-row weights, multiplied last in fp32.
+
+    Returns:
+        ``(packed uint8[M, N/2], scales uint8)`` as :func:`nvfp4_quant`.
+    """
+    check_tensor("gateup", gateup, ndim=2, dtypes=ACT_DTYPES_FP4)
+    check_row_major("gateup", gateup)
+    if not isinstance(interleaved, bool):
+        raise TypeError(f"interleaved must be a bool, got {type(interleaved).__name__}")
+    if gateup.shape[1] % 2:
+        raise ValueError(f"gateup's last dimension must be even, got {gateup.shape[1]}")
+    N = gateup.shape[1] // 2
+    if N == 0 or N % NVFP4_BLOCK:
+        raise ValueError(f"gateup's last dimension must be 2N with N a positive multiple of {NVFP4_BLOCK}, got {2 * N}")
+    if topk_weights is not None:
+        check_tensor("topk_weights", topk_weights, ndim=1, dtypes=FLOAT_DTYPES)
+        check_same_device("gateup", gateup, "topk_weights", topk_weights)
+        if topk_weights.shape[0] != gateup.shape[0]:
+            raise ValueError(f"topk_weights must have shape ({gateup.shape[0]},), got {tuple(topk_weights.shape)}")
+    act = ACT_INTERLEAVED if interleaved else ACT_NON_INTERLEAVED
+    return _launch_quant(
+        gateup, act, N, global_scale, expert_offsets, blockscale_offsets, topk_weights, swizzle, out, validate
+    )
+
+
+def e4m3_encode(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernels' fp32 -> e4m3 rounding (after the clamp to [0, 448]) on any fp32 tensor:
+    returns (bytes uint8, values fp32). Used to check the kernels' rounding against torch."""
+    check_tensor("s", s, dtypes=(torch.float32,))
+    flat = s.contiguous().reshape(-1)
+    byte = torch.empty(flat.shape, dtype=torch.uint8, device=s.device)
+    value = torch.empty(flat.shape, dtype=torch.float32, device=s.device)
+    if flat.numel():
+        block = 1024
+        _backend.launch(e4m3_encode_kernel, (triton.cdiv(flat.numel(), block),), s.device, flat, byte, value, flat.numel(), BLOCK=block)
+    return byte.reshape(s.shape), value.reshape(s.shape)
