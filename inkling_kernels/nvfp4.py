@@ -198,12 +198,16 @@ def nvfp4_quant_kernel(
     tl.store(scale_ptr + offs, s8.to(tl.uint8), mask=r_ok[:, None] & (k < SCALE_COLS)[None, :])
 
 
-def _quant_config(N: int) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_K, num_warps): about 4096 elements a program, BLOCK_K a multiple of 64
-    dividing N where possible; BLOCK_M divides 128 so a tile never straddles two experts'
-    128-row scale groups."""
+def _quant_config(N: int, interpreted: bool) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_K, num_warps). On the GPU: about 4096 elements a program, BLOCK_K a
+    multiple of 64 dividing N where possible. In the interpreter each Triton op costs the same
+    Python overhead whatever the tile, so tiles are 16x larger there. Tiles never change a bit of
+    the result: every row finds its own expert, and masks cover any tail."""
     block_k = next((b for b in (512, 256, 128, 64) if N % b == 0), 64)
     block_m = max(1, min(128, 4096 // block_k))
+    if interpreted:
+        block_k = min(triton.next_power_of_2(N), 2048) if N % 64 else next(b for b in (2048, 1024, 512, 256, 128, 64) if N % b == 0)
+        block_m = max(16, 65536 // block_k)
     return block_m, block_k, 8
 
 
@@ -289,7 +293,7 @@ def _launch_quant(
         scales = torch.empty((total_rows, scale_cols), dtype=torch.uint8, device=device)
     if total_rows == 0:
         return packed, scales
-    block_m, block_k, warps = _quant_config(N)
+    block_m, block_k, warps = _quant_config(N, _backend.uses_interpreter(device))
     grid = (triton.cdiv(total_rows, block_m) * triton.cdiv(scale_cols * 16, block_k),)
     int64 = max(M * max(src.stride(0), 1), total_rows * scale_cols) >= INT32_LIMIT
     _backend.launch(

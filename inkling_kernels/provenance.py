@@ -1,0 +1,92 @@
+"""Where a measurement came from: device, driver, versions, date, commit, command."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+import triton
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(cmd: list[str]) -> str | None:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def nvidia_smi(fields: str) -> list[str] | None:
+    """Values of ``nvidia-smi --query-gpu=FIELDS`` for GPU 0, or None without nvidia-smi."""
+    out = _run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", "0"])
+    return [v.strip() for v in out.split(",")] if out else None
+
+
+def gpu_state() -> dict:
+    """SM and memory clocks (MHz), temperature (C) and power (W) now, to show throttling."""
+    vals = nvidia_smi("clocks.sm,clocks.mem,temperature.gpu,power.draw,clocks_throttle_reasons.active")
+    keys = ["sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w", "throttle_reasons"]
+    return dict(zip(keys, vals)) if vals else {}
+
+
+def device_label(device: torch.device | None = None) -> str:
+    if device is None:
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU ({platform.machine()}), Triton interpreter"
+
+
+def device_slug(device: torch.device | None = None) -> str:
+    """A short name for file names: ``h200`` for an NVIDIA H200, ``cpu`` without a GPU."""
+    label = device_label(device).lower()
+    if label.startswith("cpu"):
+        return "cpu"
+    for word in label.replace("nvidia", "").split():
+        if any(c.isdigit() for c in word):
+            return "".join(c for c in word if c.isalnum())
+    return "gpu"
+
+
+def git_commit() -> str | None:
+    return _run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short=12", "HEAD"])
+
+
+def collect(command: str | list[str] | None = None) -> dict:
+    """Everything a reader needs to know where a result file came from."""
+    from . import _backend, helion_original
+
+    if command is None:
+        command = [Path(sys.argv[0]).name, *sys.argv[1:]]
+    if isinstance(command, list):
+        command = shlex.join(command)
+    cuda = torch.cuda.is_available()
+    info = {
+        "device": device_label(),
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": command,
+        "git_commit": git_commit(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "helion": helion_original.helion_version(),
+        "cuda_runtime": torch.version.cuda,
+    }
+    if cuda:
+        smi = nvidia_smi("driver_version,memory.total")
+        props = torch.cuda.get_device_properties(0)
+        info.update(
+            driver=smi[0] if smi else None,
+            gpu_memory_mib=smi[1] if smi else None,
+            sm_count=props.multi_processor_count,
+            compute_capability=f"{props.major}.{props.minor}",
+        )
+    else:
+        info["interpreter_bf16_rounding"] = _backend.interpreter_bf16_rounding()
+    return info
