@@ -34,9 +34,12 @@ def available() -> bool:
 def helion_version() -> str | None:
     if not available():
         return None
-    import helion
+    from importlib.metadata import PackageNotFoundError, version
 
-    return helion.__version__
+    try:
+        return version("helion")
+    except PackageNotFoundError:
+        return "unknown (no package metadata)"
 
 
 @functools.cache

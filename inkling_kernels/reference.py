@@ -102,7 +102,9 @@ def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     if a.numel() == 0:
         return True
-    a, b = a.detach().contiguous().cpu(), b.detach().contiguous().cpu()
+    if a.device != b.device:
+        a, b = a.cpu(), b.cpu()
+    a, b = a.detach().contiguous(), b.detach().contiguous()
     return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
@@ -154,11 +156,17 @@ def e4m3_decode_ref(b: torch.Tensor) -> torch.Tensor:
     return b.view(torch.float8_e4m3fn).float()
 
 
+def _e2m1_magnitudes(device) -> torch.Tensor:
+    """The 8 magnitudes, built on ``device`` (no host copy, so CUDA graphs can capture it)."""
+    c = torch.arange(8, device=device, dtype=torch.float32)
+    return torch.where(c < 4, c * 0.5, torch.exp2(torch.floor(c / 2) - 1) * (1 + 0.5 * (c % 2)))
+
+
 def e2m1_encode_ref(t: torch.Tensor) -> torch.Tensor:
     """fp32 -> e2m1 code (uint8, 0..15): nearest of the 8 magnitudes, ties to the even code."""
     t = t.float()
     a = t.abs().nan_to_num(nan=0.0).clamp(max=E2M1_MAX)
-    mags = E2M1_VALUES[:8].to(t.device)
+    mags = _e2m1_magnitudes(t.device)
     dist = (a[..., None] - mags).abs()
     best = dist.min(dim=-1, keepdim=True).values
     # among the nearest magnitudes prefer an even code (mantissa bit 0): ties to even
@@ -170,7 +178,9 @@ def e2m1_encode_ref(t: torch.Tensor) -> torch.Tensor:
 
 
 def e2m1_decode_ref(codes: torch.Tensor) -> torch.Tensor:
-    return E2M1_VALUES.to(codes.device)[codes.long()]
+    mags = _e2m1_magnitudes(codes.device)
+    c = codes.long()
+    return torch.where(c >= 8, -mags[c & 7], mags[c & 7])
 
 
 def pack_e2m1(codes: torch.Tensor) -> torch.Tensor:
@@ -185,7 +195,8 @@ def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
 
 
 def nvfp4_quant_ref(x: torch.Tensor, global_scale) -> tuple[torch.Tensor, torch.Tensor]:
-    """Quantize ``x[M, N]`` (N a multiple of 16) with one fp32 global scale, by ``NVFP4_FORMULA``.
+    """Quantize ``x[M, N]`` (N a multiple of 16) by ``NVFP4_FORMULA``, with one fp32 global
+    scale (a float or 0-d/1-element tensor) or one per row (an ``[M]`` tensor).
 
     Returns ``packed uint8[M, N/2]`` and linear ``scales uint8[M, N/16]`` (e4m3 bytes; view them
     with ``.view(torch.float8_e4m3fn)``).
@@ -194,7 +205,8 @@ def nvfp4_quant_ref(x: torch.Tensor, global_scale) -> tuple[torch.Tensor, torch.
     M, N = x.shape
     if N % NVFP4_BLOCK:
         raise ValueError(f"x's last dimension must be a multiple of {NVFP4_BLOCK}, got {N}")
-    gs = torch.as_tensor(global_scale, dtype=torch.float32, device=x.device).reshape(())
+    gs = torch.as_tensor(global_scale, dtype=torch.float32, device=x.device)
+    gs = gs.reshape(M, 1) if gs.numel() == M and gs.numel() != 1 else gs.reshape(())
     xb = x.float().reshape(M, N // NVFP4_BLOCK, NVFP4_BLOCK)
     amax = xb.abs().amax(dim=-1)  # NaN-propagating
     s = gs * (amax / 6.0)

@@ -1,0 +1,105 @@
+"""``python -m inkling_kernels {check,bench,figures,info}``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from . import provenance
+
+DATA = provenance.REPO_ROOT / "data"
+FIGURES = provenance.REPO_ROOT / "figures"
+
+
+def _check(args) -> int:
+    from . import harness
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    kind = "quick" if args.quick else ("gpu" if device.type == "cuda" else "cpu")
+    if args.matrix:
+        kind = args.matrix
+    if args.nvfp4:
+        import json
+
+        rows = harness.run_nvfp4_matrix("gpu" if kind == "gpu" else "cpu", device, progress=not args.no_progress)
+        line = harness.nvfp4_tally(rows)
+        print(line)
+        out = args.out or (DATA / f"nvfp4_bitwise_{provenance.device_slug(device)}.json")
+        doc = {"provenance": provenance.collect(), "tally": line, "all_ok": all(r["ok"] for r in rows), "cases": rows}
+        Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {out}")
+        return 0 if doc["all_ok"] else 1
+    cases = harness.case_matrix(kind)
+    print(f"{len(cases)} cases ({kind} matrix) on {provenance.device_label(device)}", flush=True)
+    rows = harness.run_matrix(cases, device, progress=not args.no_progress)
+    print(harness.format_table(rows))
+    line = harness.tally(rows)
+    print(line)
+    out = args.out or (DATA / f"bitwise_{provenance.device_slug(device)}.json")
+    harness.save(rows, out, provenance.collect(), kind)
+    print(f"wrote {out}")
+    if not all(r["port_vs_helion"] is not None for r in rows):
+        print("note: helion is not installed, so port vs helion was not compared (pip install 'inkling-kernels[helion]')")
+    return 0 if harness.all_ok(rows) else 1
+
+
+def _bench(args) -> int:
+    from . import bench
+
+    bench.require_gpu()
+    out = args.out or (DATA / f"bench_{provenance.device_slug()}.csv")
+    meta = bench.run(out, quick=args.quick, cold=args.cold_l2, tune=not args.no_tune)
+    print(f"wrote {out} (+ _nvfp4.csv, _tune.csv, .json); ceiling {meta['ceiling_tbps_used_for_floors']:.3f} TB/s")
+    return 0
+
+
+def _figures(args) -> int:
+    from . import plots
+
+    written = plots.draw_all(Path(args.data), Path(args.out))
+    for p in written:
+        print(f"wrote {p}")
+    if not written:
+        print(f"no benchmark CSV in {args.data}: run `python -m inkling_kernels bench` on a GPU first")
+        return 1
+    return 0
+
+
+def _info(args) -> int:
+    import json
+
+    print(json.dumps(provenance.collect(), indent=1))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m inkling_kernels", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("check", help="bitwise harness: Triton port vs helion originals")
+    p.add_argument("--quick", action="store_true", help="a small GPU matrix")
+    p.add_argument("--matrix", choices=["gpu", "quick", "cpu"], help="force a matrix (default: gpu on CUDA, cpu otherwise)")
+    p.add_argument("--nvfp4", action="store_true", help="check fused == unfused == reference for NVFP4 instead")
+    p.add_argument("--out", help="JSON output (default data/bitwise_<device>.json)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(fn=_check)
+    p = sub.add_parser("bench", help="benchmark sweep (GPU only)")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--cold-l2", action="store_true", help="also time with rotating buffers (cold L2)")
+    p.add_argument("--no-tune", action="store_true", help="skip the tile sweep")
+    p.add_argument("--out", help="CSV output (default data/bench_<gpu>.csv)")
+    p.set_defaults(fn=_bench)
+    p = sub.add_parser("figures", help="draw figures/ from the CSVs in data/")
+    p.add_argument("--data", default=str(DATA))
+    p.add_argument("--out", default=str(FIGURES))
+    p.set_defaults(fn=_figures)
+    p = sub.add_parser("info", help="print device, versions and interpreter settings")
+    p.set_defaults(fn=_info)
+    args = parser.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

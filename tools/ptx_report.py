@@ -1,0 +1,65 @@
+"""Registers, spills and the PTX instruction mix of the port's kernel and helion's, for one case.
+
+Run on a GPU with a fresh TRITON_CACHE_DIR (tools/gpu_job.sh does): it launches both kernels once,
+then reads the PTX Triton left in the cache, assembles each with ``ptxas -v`` for sm_90 to get
+registers and spills, and counts PTX opcodes. Writes one JSON file (argument 1).
+"""
+
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from inkling_kernels import silu_and_mul
+from inkling_kernels.helion_original import silu_and_mul_helion
+
+CASE = {"M": 384, "N": 1024, "interleaved": True, "weighted": True}
+
+
+def opcode_mix(ptx: str) -> dict:
+    counts = collections.Counter()
+    for line in ptx.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("//", ".", "{", "}", "$", "@$")) and not line.startswith("@"):
+            continue
+        m = re.match(r"(?:@!?%p\d+\s+)?([a-z][\w.]*)", line)
+        if m:
+            counts[m.group(1)] += 1
+    return dict(counts.most_common())
+
+
+def ptxas(ptx_path: Path) -> dict:
+    res = subprocess.run(["ptxas", "-arch=sm_90", "-v", str(ptx_path), "-o", "/dev/null"], capture_output=True, text=True)
+    text = res.stderr + res.stdout
+    regs = re.findall(r"Used (\d+) registers", text)
+    spills = re.findall(r"(\d+) bytes spill stores", text)
+    return {"registers": int(regs[-1]) if regs else None, "spill_store_bytes": int(spills[-1]) if spills else None, "ptxas": text.strip()}
+
+
+def main(out_path: str) -> None:
+    cache = Path(os.environ["TRITON_CACHE_DIR"])
+    M, N = CASE["M"], CASE["N"]
+    x = torch.randn(M, 2 * N, device="cuda", dtype=torch.bfloat16)
+    w = torch.rand(M, device="cuda")
+    silu_and_mul(x, w, interleaved=True)
+    silu_and_mul_helion(x, w, interleaved=True)
+    torch.cuda.synchronize()
+    report = {"case": CASE, "kernels": {}}
+    for ptx_path in sorted(cache.rglob("*.ptx")):
+        name = ptx_path.stem
+        if "silu_and_mul" not in name:
+            continue
+        ptx = ptx_path.read_text()
+        report["kernels"][name] = {**ptxas(ptx_path), "ptx_lines": len(ptx.splitlines()), "opcodes": opcode_mix(ptx)}
+    Path(out_path).write_text(json.dumps(report, indent=1) + "\n")
+    for name, k in report["kernels"].items():
+        print(name, "registers", k["registers"], "spills", k["spill_store_bytes"])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
