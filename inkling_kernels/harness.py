@@ -26,6 +26,11 @@ DECODE_M = (1, 2, 4, 6, 8, 16)
 PREFILL_M = (96, 384, 1536, 4096, 49152)
 WIDTHS = (384, 768, 960, 1024, 1536, 2048, 3072)
 ODD_WIDTHS = (1, 7, 300, 1000, 1537)
+# Largest ulp distance to the same-order torch reference that a case accepts, per output dtype.
+# The kernels' sigmoid is 1 / (1 + exp2(-x * log2 e)) with ex2.approx and div.full on the GPU,
+# torch's is expf-based: their fp32 results differ in the last few bits. A bf16/fp16 output
+# hides that in its rounding (at most 1 ulp moves); an fp32 output shows it (11 ulp seen).
+ULP_BUDGET = {"bfloat16": 1, "float16": 1, "float32": 16}
 BIG_N = 1024
 BIG_M = (2**31 + 16384) // (2 * BIG_N)  # gateup numel = 2**31 + 16384, as in the source document
 
@@ -119,7 +124,7 @@ def run_case(case: Case, device: torch.device, seed: int = 0) -> dict:
         and row["layouts_equal"]
         and row["rerun_equal"]
         and row["finite"]
-        and 0 <= worst <= 1
+        and 0 <= worst <= ULP_BUDGET[case.out_dtype]
     )
     del x, port
     if device.type == "cuda" and big:

@@ -34,7 +34,7 @@ def opcode_mix(ptx: str) -> dict:
 
 
 def ptxas(ptx_path: Path) -> dict:
-    res = subprocess.run(["ptxas", "-arch=sm_90", "-v", str(ptx_path), "-o", "/dev/null"], capture_output=True, text=True)
+    res = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(ptx_path), "-o", "/dev/null"], capture_output=True, text=True)
     text = res.stderr + res.stdout
     regs = re.findall(r"Used (\d+) registers", text)
     spills = re.findall(r"(\d+) bytes spill stores", text)
