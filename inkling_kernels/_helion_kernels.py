@@ -1,6 +1,7 @@
 """The helion kernels themselves (helion needs them at module level: no closures).
 
-Imported only through :mod:`inkling_kernels.helion_original`, which checks that helion is
+The functions are decorated by :func:`make`, once per key of the original AOT wrapper (see
+:mod:`inkling_kernels.helion_original`). Imported only through :mod:`inkling_kernels.helion_original`, which checks that helion is
 installed first. Loop-local names (``t_m``, ``g_f32``, ...) are distinct from every module
 global on purpose: helion treats module-level names used in a kernel as host variables.
 """
@@ -16,7 +17,6 @@ NUM_WARPS = 4
 CONFIG = helion.Config(block_sizes=[1, BLOCK_N], num_warps=NUM_WARPS, num_stages=1)
 
 
-@helion.kernel(config=CONFIG, static_shapes=False)
 def silu_and_mul_helion_interleaved(
     gateup: torch.Tensor, out: torch.Tensor, topk_weights: torch.Tensor | None
 ) -> torch.Tensor:
@@ -32,7 +32,6 @@ def silu_and_mul_helion_interleaved(
     return out
 
 
-@helion.kernel(config=CONFIG, static_shapes=False)
 def silu_and_mul_helion_non_interleaved(
     gateup: torch.Tensor, out: torch.Tensor, topk_weights: torch.Tensor | None
 ) -> torch.Tensor:
@@ -46,3 +45,8 @@ def silu_and_mul_helion_non_interleaved(
             y_f32 = y_f32 * topk_weights[t_m].to(torch.float32)[:, None]
         out[t_m, t_n] = y_f32.to(out.dtype)
     return out
+
+
+def make(fn):
+    """A fresh helion kernel object (with its own cache of bound kernels) for ``fn``."""
+    return helion.kernel(config=CONFIG, static_shapes=False)(fn)

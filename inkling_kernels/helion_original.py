@@ -5,6 +5,15 @@ order: load gate/up, convert to fp32, ``gate * sigmoid(gate) * up``, the optiona
 multiplied last, one cast at the store. They run with one fixed config each (no autotuning at
 run time), so a run is reproducible and takes no tuning time.
 
+Kernel keys. helion 1.4.0 with ``static_shapes=False`` buckets each dimension as 0, 1 or "2 or
+more" when it looks up a compiled kernel, yet bakes a dimension of size 1 into the code it
+compiles; the bucket key keeps size 1 and size 2+ apart only on some paths. Seen here: the kernel
+compiled for a call with M == 1 was reused for a later call with M == 4 and wrote row 0 only,
+leaving rows 1..3 as they were (uninitialized memory in production: the small-batch NaNs the
+source document reports). The original AOT wrapper compiled one variant per key (width, dtype,
+size-1 pattern, int64); this dispatcher does the same by keeping one helion kernel object per
+(layout, M == 1, N == 1). ``tests/test_helion_original.py`` shows both the hazard and the fix.
+
 On CUDA tensors helion generates Triton and compiles it. On CPU tensors helion generates the same
 Triton and the Triton interpreter runs it (``TRITON_INTERPRET=1`` is set while helion generates
 code), so the CPU harness compares two real kernel executions, not a kernel with torch.
@@ -43,18 +52,18 @@ def helion_version() -> str | None:
 
 
 @functools.cache
-def _kernels():
+def helion_kernel(interleaved: bool, m_is_one: bool = False, n_is_one: bool = False):
+    """The helion kernel object for one layout and size-1 pattern (one compiled-code cache each)."""
     if not available():
         raise ImportError(INSTALL_HINT)
     from . import _helion_kernels
 
-    return _helion_kernels.silu_and_mul_helion_interleaved, _helion_kernels.silu_and_mul_helion_non_interleaved
-
-
-def helion_kernel(interleaved: bool):
-    """The helion kernel object for one layout (to inspect its generated code)."""
-    interleaved_k, non_interleaved_k = _kernels()
-    return interleaved_k if interleaved else non_interleaved_k
+    fn = (
+        _helion_kernels.silu_and_mul_helion_interleaved
+        if interleaved
+        else _helion_kernels.silu_and_mul_helion_non_interleaved
+    )
+    return _helion_kernels.make(fn)
 
 
 def silu_and_mul_helion(
@@ -72,7 +81,7 @@ def silu_and_mul_helion(
     M, N = _check_args(gateup, topk_weights, out_dtype, out, interleaved)
     if not gateup.is_contiguous():
         raise ValueError("gateup must be contiguous for the helion originals")
-    kernel = helion_kernel(interleaved)
+    kernel = helion_kernel(interleaved, M == 1, N == 1)
     if out is None:
         out = torch.empty((M, N), dtype=out_dtype or gateup.dtype, device=gateup.device)
     if M == 0:
@@ -89,7 +98,7 @@ def generated_triton(gateup: torch.Tensor, topk_weights: torch.Tensor | None = N
     """The Triton source helion generates for these arguments (shown in notebook 04)."""
     M, N = gateup.shape[0], gateup.shape[1] // 2
     out = torch.empty((M, N), dtype=gateup.dtype, device=gateup.device)
-    kernel = helion_kernel(interleaved)
+    kernel = helion_kernel(interleaved, M == 1, N == 1)
     bound = kernel.bind((gateup, out, topk_weights))
     from ._helion_kernels import CONFIG
 
