@@ -290,41 +290,113 @@ def bench_silu(
 # ---- tile sweep (tuning evidence) -------------------------------------------------------------
 
 TUNE_SHAPES = [
+    Shape(1, 1024, True, False, "tune"),
+    Shape(1, 3072, True, False, "tune"),
+    Shape(1, 1024, False, False, "tune"),
     Shape(6, 1024, True, False, "tune"),
     Shape(16, 768, True, True, "tune"),
+    Shape(16, 3072, False, False, "tune"),
+    Shape(384, 1024, True, True, "tune"),
     Shape(6144, 768, False, True, "tune"),
     Shape(49152, 768, True, False, "tune"),
     Shape(49152, 3072, True, False, "tune"),
     Shape(49152, 768, False, False, "tune"),
     Shape(49152, 3072, False, False, "tune"),
 ]
-TUNE_CONFIGS = [
-    LaunchConfig(bm, bn, w) for bm in (1, 2, 4, 8) for bn in (256, 512, 1024) for w in (4, 8) if bm * bn <= 4096
-]
+
+
+def _tune_configs(shape: Shape) -> list[LaunchConfig]:
+    if shape.M <= 64:
+        return [
+            LaunchConfig(1, bn, w, pol)
+            for bn in (256, 512, 1024)
+            for w in (2, 4, 8)
+            for pol in ("evict_first", "")
+            if bn <= triton.next_power_of_2(shape.N) and bn // (32 * w) >= 1
+        ]
+    return [
+        LaunchConfig(bm, bn, w, pol)
+        for bm in (1, 2, 4)
+        for bn in (512, 1024, 2048)
+        for w in (4, 8)
+        for pol in ("evict_first", "")
+        if bm * bn <= 8192 and bn <= triton.next_power_of_2(shape.N)
+    ]
 
 
 def tile_sweep(progress: bool = True) -> list[dict]:
+    """Every tile of :func:`_tune_configs` on :data:`TUNE_SHAPES`, beside the heuristic's."""
     from tqdm.auto import tqdm
 
     rows = []
     for shape in tqdm(TUNE_SHAPES, desc="tile sweep", disable=not progress):
         (x, w, out) = _buffers(shape, 1)[0]
         nbytes = silu_bytes(shape.M, shape.N, shape.weighted)
-        for cfg in [None, *TUNE_CONFIGS]:
-            if cfg is not None and cfg.BLOCK_N > triton.next_power_of_2(shape.N):
-                continue
+        for cfg in [None, *_tune_configs(shape)]:
             t = graph_time([lambda cfg=cfg: silu_and_mul(x, w, interleaved=shape.interleaved, out=out, config=cfg)])
             rows.append(
                 {
+                    "op": "silu_and_mul",
                     "M": shape.M,
                     "N": shape.N,
                     "layout": "il" if shape.interleaved else "nil",
                     "weighted": shape.weighted,
-                    "config": "heuristic" if cfg is None else f"{cfg.BLOCK_M}x{cfg.BLOCK_N}/w{cfg.num_warps}",
+                    "config": "heuristic"
+                    if cfg is None
+                    else f"{cfg.BLOCK_M}x{cfg.BLOCK_N}/w{cfg.num_warps}/{cfg.stream_policy or 'nohint'}",
                     "median_us": round(t.median_us, 4),
                     "tbps": round(nbytes / t.median_us / 1e6, 4),
                 }
             )
+    return rows
+
+
+NVFP4_TUNE = [(49152, 3072), (8192, 1536)]
+NVFP4_TUNE_CONFIGS = [
+    (bm, bk, w)
+    for bm in (2, 4, 8, 16, 32)
+    for bk in (256, 512, 1024)
+    for w in (4, 8)
+    if 2048 <= bm * bk <= 8192
+]
+
+
+def nvfp4_tile_sweep(progress: bool = True) -> list[dict]:
+    """The fused kernel (gate || up) and the plain quant kernel under each tile."""
+    from tqdm.auto import tqdm
+
+    rows = []
+    for M, N in NVFP4_TUNE:
+        eo = torch.tensor([0, M], dtype=torch.int32, device="cuda")
+        bo = padded_blockscale_offsets(eo.cpu()).cuda()
+        gateup = torch.randn((M, 2 * N), device="cuda", dtype=torch.bfloat16)
+        act = silu_and_mul(gateup, interleaved=False)
+        gs = torch.full((1,), 448 * 6 / float(act.float().abs().max()), device="cuda")
+        out = (
+            torch.empty((M, N // 2), dtype=torch.uint8, device="cuda"),
+            torch.empty((int(bo[-1]), (N // 16 + 3) // 4 * 4), dtype=torch.uint8, device="cuda"),
+        )
+        for cfg in tqdm([None, *NVFP4_TUNE_CONFIGS], desc=f"nvfp4 tiles {M}x{N}", disable=not progress):
+            for kind in ("fused", "quant"):
+                if kind == "fused":
+                    fn = lambda cfg=cfg: silu_and_mul_nvfp4_quant(gateup, gs, eo, bo, out=out, validate=False, config=cfg)  # noqa: E731
+                else:
+                    fn = lambda cfg=cfg: nvfp4_quant(act, gs, expert_offsets=eo, blockscale_offsets=bo, out=out, validate=False, config=cfg)  # noqa: E731
+                t = graph_time([fn], rounds=8)
+                nbytes = nvfp4_bytes(M, N, True, int(bo[-1])) - (M * 4 * N if kind == "quant" else 0) + (M * 2 * N if kind == "quant" else 0)
+                rows.append(
+                    {
+                        "op": f"nvfp4_{kind}",
+                        "M": M,
+                        "N": N,
+                        "layout": "nil",
+                        "weighted": False,
+                        "config": "heuristic" if cfg is None else f"{cfg[0]}x{cfg[1]}/w{cfg[2]}",
+                        "median_us": round(t.median_us, 4),
+                        "tbps": round(nbytes / t.median_us / 1e6, 4),
+                    }
+                )
+        del gateup, act, out
     return rows
 
 
@@ -413,6 +485,14 @@ def write_csv(rows: list[dict], path: str | Path) -> None:
         writer.writerows(rows)
 
 
+def tune_only(out: str | Path) -> None:
+    """Only the tile sweeps (a tuning round between full sweeps)."""
+    require_gpu()
+    rows = tile_sweep()
+    write_csv(rows, out)
+    write_csv(rows + nvfp4_tile_sweep(), out)
+
+
 def run(out: str | Path, quick: bool = False, cold: bool = False, tune: bool = True, command=None) -> dict:
     """The whole sweep; writes ``out`` (silu CSV), ``*_nvfp4.csv``, ``*_tune.csv`` and the
     provenance JSON beside it. Returns the provenance document."""
@@ -431,7 +511,7 @@ def run(out: str | Path, quick: bool = False, cold: bool = False, tune: bool = T
     nv = bench_nvfp4(cold, ceiling, quick=quick)
     write_csv(nv, out.with_name(out.stem + "_nvfp4.csv"))
     if tune:
-        write_csv(tile_sweep(), out.with_name(out.stem + "_tune.csv"))
+        write_csv(tile_sweep() + nvfp4_tile_sweep(), out.with_name(out.stem + "_tune.csv"))
     meta["gpu_state_after"] = provenance.gpu_state()
     out.with_suffix(".json").write_text(json.dumps(meta, indent=1) + "\n")
     return meta

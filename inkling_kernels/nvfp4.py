@@ -50,20 +50,20 @@ def _e4m3_round(s):
 
 @triton.jit
 def _e2m1_code(t):
-    """fp32 -> e2m1 code (int32 0..15): compares against the midpoints of the grid
-    {0, .5, 1, 1.5, 2, 3, 4, 6}; ``>`` or ``>=`` at each midpoint sends ties to the even code."""
-    a = tl.abs(t)
-    mag = (
-        (a > 0.25).to(tl.int32)
-        + (a >= 0.75).to(tl.int32)
-        + (a > 1.25).to(tl.int32)
-        + (a >= 1.75).to(tl.int32)
-        + (a > 2.5).to(tl.int32)
-        + (a >= 3.5).to(tl.int32)
-        + (a > 5.0).to(tl.int32)
-    )
-    negative = ((t.to(tl.int32, bitcast=True) >> 31) & 1) * (t == t).to(tl.int32)  # sign bit, NaN -> +
-    return mag + 8 * negative
+    """fp32 -> e2m1 code (int32 0..15), round to nearest even, saturating at 6, sign kept.
+
+    On the bits of |t|: from 1.0 up, e2m1 keeps one mantissa bit, so round fp32's 23 to 1
+    (add 2**21 - 1 plus the kept bit, shift by 22); the result minus 252 is the code
+    (exponent - 126, then the mantissa bit), and anything past 6 (code 7) saturates.
+    Below 1.0 the grid is {0, 0.5}: round 2|t| to an integer by adding 2**23, whose float add
+    rounds to nearest even. NaN is mapped to +0 by the caller's scale rule (see the formula).
+    """
+    bits = t.to(tl.int32, bitcast=True)
+    sign = (bits >> 28) & 8
+    a_bits = bits & 0x7FFFFFFF
+    normal = tl.minimum(((a_bits + 0x1FFFFF + ((a_bits >> 22) & 1)) >> 22) - 252, 7)
+    small = ((a_bits.to(tl.float32, bitcast=True) * 2.0 + 8388608.0).to(tl.int32, bitcast=True)) - 0x4B000000
+    return tl.where(a_bits >= 0x3F800000, normal, small) | sign
 
 
 @triton.jit
@@ -161,8 +161,11 @@ def nvfp4_quant_kernel(
 
     # 2. One e4m3 scale per 16 elements (steps 1-5 of the formula).
     xb = tl.reshape(x, (BLOCK_M, NB, 16))
-    amax = tl.max(tl.abs(xb), axis=2)
-    has_nan = tl.max((xb != xb).to(tl.int32), axis=2) > 0
+    # |x| as integers: for non-negative floats the integer order is the float order, and every
+    # NaN sorts above +inf, so one integer max gives amax and tells whether the block has a NaN.
+    amax_bits = tl.max(tl.reshape(x.to(tl.int32, bitcast=True), (BLOCK_M, NB, 16)) & 0x7FFFFFFF, axis=2)
+    has_nan = amax_bits > 0x7F800000
+    amax = amax_bits.to(tl.float32, bitcast=True)
     s = gs[:, None] * tl.math.div_rn(amax, tl.full(amax.shape, 6.0, tl.float32))
     s_nan = has_nan | (s != s)
     s = tl.where(s_nan, 0.0, tl.minimum(tl.maximum(s, 0.0), 448.0))
@@ -174,6 +177,7 @@ def nvfp4_quant_kernel(
 
     # 3. Scale, round to e2m1, pack two codes a byte (element 2i in the low nibble).
     q = _e2m1_code(xb * mult[:, :, None])
+    q = tl.where(s_nan[:, :, None], 0, q)  # a NaN block stores codes +0 (its scale is NaN)
     lo, hi = tl.split(tl.reshape(q, (BLOCK_M, BLOCK_K // 2, 2)))
     packed = (lo | (hi << 4)).to(tl.uint8)
     pcols = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
@@ -256,6 +260,7 @@ def _launch_quant(
     swizzle: bool,
     out,
     validate: bool,
+    config: tuple[int, int, int] | None = None,
 ):
     device = src.device
     M = src.shape[0]
@@ -293,7 +298,7 @@ def _launch_quant(
         scales = torch.empty((total_rows, scale_cols), dtype=torch.uint8, device=device)
     if total_rows == 0:
         return packed, scales
-    block_m, block_k, warps = _quant_config(N, _backend.uses_interpreter(device))
+    block_m, block_k, warps = config or _quant_config(N, _backend.uses_interpreter(device))
     grid = (triton.cdiv(total_rows, block_m) * triton.cdiv(scale_cols * 16, block_k),)
     int64 = max(M * max(src.stride(0), 1), total_rows * scale_cols) >= INT32_LIMIT
     _backend.launch(
@@ -333,6 +338,7 @@ def nvfp4_quant(
     swizzle: bool = True,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
     validate: bool = True,
+    config: tuple[int, int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize ``x[M, N]`` to NVFP4, each expert's rows with its own global scale.
 
@@ -349,6 +355,8 @@ def nvfp4_quant(
         out: optional preallocated ``(packed, scales)``; with ``validate=False`` no host sync
             happens, so the call can be captured in a CUDA graph.
         validate: check the offsets' values (reads them on the host).
+        config: optional ``(BLOCK_M, BLOCK_K, num_warps)`` overriding the launch heuristic
+            (benchmarks; tiles never change the result).
 
     Returns:
         ``packed``: uint8 ``[M, N/2]``, element 2i in the low nibble; ``scales``: uint8 e4m3
@@ -360,7 +368,7 @@ def nvfp4_quant(
     if N == 0 or N % NVFP4_BLOCK:
         raise ValueError(f"x's last dimension must be a positive multiple of {NVFP4_BLOCK}, got {N}")
     return _launch_quant(
-        x, ACT_NONE, N, global_scale, expert_offsets, blockscale_offsets, None, swizzle, out, validate
+        x, ACT_NONE, N, global_scale, expert_offsets, blockscale_offsets, None, swizzle, out, validate, config
     )
 
 
@@ -375,6 +383,7 @@ def silu_and_mul_nvfp4_quant(
     swizzle: bool = True,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
     validate: bool = True,
+    config: tuple[int, int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``nvfp4_quant(silu_and_mul(gateup, topk_weights, interleaved=...), ...)`` in one kernel,
     bit for bit, with no intermediate tensor.
@@ -382,7 +391,7 @@ def silu_and_mul_nvfp4_quant(
     Args:
         gateup: ``[M, 2N]`` bf16 or fp16, N a multiple of 16; gate || up (``interleaved=False``,
             the default here) or g0 u0 g1 u1 ... (``interleaved=True``).
-        global_scale, expert_offsets, blockscale_offsets, swizzle, out, validate: as in
+        global_scale, expert_offsets, blockscale_offsets, swizzle, out, validate, config: as in
             :func:`nvfp4_quant`.
         topk_weights: optional ``[M]`` float per-row weights, multiplied last in fp32.
 
@@ -405,7 +414,7 @@ def silu_and_mul_nvfp4_quant(
             raise ValueError(f"topk_weights must have shape ({gateup.shape[0]},), got {tuple(topk_weights.shape)}")
     act = ACT_INTERLEAVED if interleaved else ACT_NON_INTERLEAVED
     return _launch_quant(
-        gateup, act, N, global_scale, expert_offsets, blockscale_offsets, topk_weights, swizzle, out, validate
+        gateup, act, N, global_scale, expert_offsets, blockscale_offsets, topk_weights, swizzle, out, validate, config
     )
 
 

@@ -50,6 +50,7 @@ def silu_and_mul_interleaved_kernel(
     EVEN_N: tl.constexpr,  # N % BLOCK_N == 0: no column mask
     HAS_WEIGHT: tl.constexpr,
     INT64: tl.constexpr,  # numel >= 2**31: row offsets computed in int64
+    STREAM_POLICY: tl.constexpr = "evict_first",  # cache hint for gateup ("" = none)
 ):
     # Flat 1-D grid, N tiles fastest: neighbouring programs stream consecutive slices of a row.
     N_TILES: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
@@ -73,7 +74,7 @@ def silu_and_mul_interleaved_kernel(
         out_mask = row_ok if EVEN_N else row_ok & out_mask
     # One contiguous [BLOCK_M, 2*BLOCK_N] slab, streamed once (evict_first), then split in
     # registers: a strided gather of every other element would halve the useful bandwidth.
-    x = tl.load(gateup_ptr + rows[:, None] * stride_in + cols2[None, :], mask=in_mask, eviction_policy="evict_first")
+    x = tl.load(gateup_ptr + rows[:, None] * stride_in + cols2[None, :], mask=in_mask, eviction_policy=STREAM_POLICY)
     gate, up = tl.split(tl.reshape(x, (BLOCK_M, BLOCK_N, 2)))
     y = _silu_mul(gate, up)
     if HAS_WEIGHT:
@@ -102,6 +103,7 @@ def silu_and_mul_non_interleaved_kernel(
     EVEN_N: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     INT64: tl.constexpr,
+    STREAM_POLICY: tl.constexpr = "evict_first",
 ):
     N_TILES: tl.constexpr = (N + BLOCK_N - 1) // BLOCK_N
     pid = tl.program_id(0)
@@ -119,8 +121,8 @@ def silu_and_mul_non_interleaved_kernel(
         mask = row_ok if EVEN_N else row_ok & mask
     # Two contiguous streams: the gate half and, N elements further on, the up half.
     g_ptrs = gateup_ptr + rows[:, None] * stride_in + cols[None, :]
-    gate = tl.load(g_ptrs, mask=mask, eviction_policy="evict_first")
-    up = tl.load(g_ptrs + N, mask=mask, eviction_policy="evict_first")
+    gate = tl.load(g_ptrs, mask=mask, eviction_policy=STREAM_POLICY)
+    up = tl.load(g_ptrs + N, mask=mask, eviction_policy=STREAM_POLICY)
     y = _silu_mul(gate, up)
     if HAS_WEIGHT:
         if EVEN_M:
@@ -136,6 +138,7 @@ class LaunchConfig:
     BLOCK_M: int
     BLOCK_N: int
     num_warps: int
+    stream_policy: str = "evict_first"  # the cache hint on gateup loads; "" for none
 
     def grid(self, M: int, N: int) -> tuple[int]:
         return (triton.cdiv(M, self.BLOCK_M) * triton.cdiv(N, self.BLOCK_N),)
@@ -238,6 +241,7 @@ def silu_and_mul(
         EVEN_N=N % cfg.BLOCK_N == 0,
         HAS_WEIGHT=topk_weights is not None,
         INT64=int64,
+        STREAM_POLICY=cfg.stream_policy,
         num_warps=cfg.num_warps,
     )
     return out

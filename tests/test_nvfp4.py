@@ -236,3 +236,16 @@ _eo = lambda *v: torch.tensor(v, dtype=torch.int32, device=DEVICE)  # noqa: E731
 def test_bad_input_raises(call, exc, word):
     with pytest.raises(exc, match=word):
         call()
+
+
+def test_kernel_e2m1_rounding_on_exact_ties(device):
+    """gs = 1 and a 6 in every block make the scale exactly 1, so t = x: the kernel's e2m1 rounding
+    of every tie, the saturation and the signed zeros is compared with the reference's."""
+    ties = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 5.5, 0.1, 0.3, 0.9, 1.1, 2.2, 2.75, 4.5, 6.0]
+    vals = torch.tensor([ties, [-v for v in ties[:-1]] + [6.0], [0.0, -0.0] + ties[2:]], dtype=torch.bfloat16)
+    p, s = nvfp4_quant(vals.to(device), torch.ones(1, device=device), swizzle=False)
+    assert (s.cpu() == 0x38).all()  # e4m3 1.0
+    rp, _ = nvfp4_quant_ref(vals, torch.ones(()))
+    assert torch.equal(p.cpu(), rp)
+    codes = e2m1_encode_ref(vals.float())
+    assert torch.equal(p.cpu(), (codes[:, 0::2] | (codes[:, 1::2] << 4)))
