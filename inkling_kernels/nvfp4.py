@@ -133,37 +133,39 @@ def nvfp4_quant_kernel(
     if INT64:
         m = m.to(tl.int64)
     gs = tl.load(gs_ptr + e)  # [BLOCK_M]
-    cols = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-    col_ok = cols < N
-    mask = valid[:, None] & col_ok[None, :]
+    # Everything below is shaped [BLOCK_M, NB, 16]: one scale block on the last axis, built that
+    # way from the pointers (not by reshaping a 2-D tile), so each thread loads 8 contiguous
+    # elements of a block, the block max needs one shuffle, and each scale is computed by the
+    # two threads that own its block rather than by all sixteen.
+    kb = pid_k * NB + tl.arange(0, NB)  # scale column = block index along N
+    j = tl.arange(0, 16)
+    cols = kb[None, :, None] * 16 + j[None, None, :]  # [1, NB, 16]
+    row_off = m[:, None, None] * stride_x
+    mask = valid[:, None, None] & (cols < N)
 
     # 1. The activation, rounded to its storage dtype exactly as the unfused path stores it.
     if ACT == 0:
-        x = tl.load(x_ptr + m[:, None] * stride_x + cols[None, :], mask=mask, other=0.0, eviction_policy="evict_first")
+        x = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0)
     else:
         if ACT == 1:
-            cols2 = pid_k * (2 * BLOCK_K) + tl.arange(0, 2 * BLOCK_K)
-            mask2 = valid[:, None] & (cols2 < 2 * N)[None, :]
-            pairs = tl.load(
-                x_ptr + m[:, None] * stride_x + cols2[None, :], mask=mask2, other=0.0, eviction_policy="evict_first"
-            )
-            gate, up = tl.split(tl.reshape(pairs, (BLOCK_M, BLOCK_K, 2)))
+            cols2 = kb[None, :, None] * 32 + tl.arange(0, 32)[None, None, :]
+            mask2 = valid[:, None, None] & (cols2 < 2 * N)
+            pairs = tl.load(x_ptr + row_off + cols2, mask=mask2, other=0.0)
+            gate, up = tl.split(tl.reshape(pairs, (BLOCK_M, NB, 16, 2)))
         else:
-            g_ptrs = x_ptr + m[:, None] * stride_x + cols[None, :]
-            gate = tl.load(g_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
-            up = tl.load(g_ptrs + N, mask=mask, other=0.0, eviction_policy="evict_first")
+            gate = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0)
+            up = tl.load(x_ptr + row_off + N + cols, mask=mask, other=0.0)
         y = _silu_mul(gate, up)
         if HAS_WEIGHT:
             w = tl.load(weight_ptr + m, mask=valid, other=0.0, eviction_policy="evict_last")
-            y = y * w.to(tl.float32)[:, None]
+            y = y * w.to(tl.float32)[:, None, None]
         x = y.to(x_ptr.dtype.element_ty)
-    x = x.to(tl.float32)
+    xb = x.to(tl.float32)
 
     # 2. One e4m3 scale per 16 elements (steps 1-5 of the formula).
-    xb = tl.reshape(x, (BLOCK_M, NB, 16))
     # |x| as integers: for non-negative floats the integer order is the float order, and every
     # NaN sorts above +inf, so one integer max gives amax and tells whether the block has a NaN.
-    amax_bits = tl.max(tl.reshape(x.to(tl.int32, bitcast=True), (BLOCK_M, NB, 16)) & 0x7FFFFFFF, axis=2)
+    amax_bits = tl.max(xb.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
     has_nan = amax_bits > 0x7F800000
     amax = amax_bits.to(tl.float32, bitcast=True)
     s = gs[:, None] * tl.math.div_rn(amax, tl.full(amax.shape, 6.0, tl.float32))
@@ -173,18 +175,17 @@ def nvfp4_quant_kernel(
     s8 = tl.where(s_nan, 0x7F, s8)
     sf_safe = tl.where(sf == 0.0, 1.0, sf)
     mult = tl.where(sf == 0.0, 0.0, tl.math.div_rn(gs[:, None] + tl.zeros_like(sf), sf_safe))
-    mult = tl.where(s_nan, float("nan"), mult)
 
     # 3. Scale, round to e2m1, pack two codes a byte (element 2i in the low nibble).
     q = _e2m1_code(xb * mult[:, :, None])
     q = tl.where(s_nan[:, :, None], 0, q)  # a NaN block stores codes +0 (its scale is NaN)
-    lo, hi = tl.split(tl.reshape(q, (BLOCK_M, BLOCK_K // 2, 2)))
+    lo, hi = tl.split(tl.reshape(q, (BLOCK_M, NB, 8, 2)))
     packed = (lo | (hi << 4)).to(tl.uint8)
-    pcols = pid_k * (BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
-    tl.store(packed_ptr + m[:, None] * (N // 2) + pcols[None, :], packed, mask=valid[:, None] & (pcols < N // 2)[None, :])
+    pcols = kb[None, :, None] * 8 + tl.arange(0, 8)[None, None, :]
+    tl.store(packed_ptr + m[:, None, None] * (N // 2) + pcols, packed, mask=valid[:, None, None] & (pcols < N // 2))
 
     # 4. Scales: real blocks get s8; padding rows and columns get 0.
-    k = pid_k * NB + tl.arange(0, NB)
+    k = kb
     s8 = tl.where(valid[:, None] & (k < N // 16)[None, :], s8, 0)
     r_s = r
     if INT64:
@@ -203,16 +204,17 @@ def nvfp4_quant_kernel(
 
 
 def _quant_config(N: int, interpreted: bool) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_K, num_warps). On the GPU: about 4096 elements a program, BLOCK_K a
-    multiple of 64 dividing N where possible. In the interpreter each Triton op costs the same
+    """(BLOCK_M, BLOCK_K, num_warps). On the GPU: 4096 elements a program with 4 warps (32 a
+    thread), BLOCK_K the widest of 1024..64 dividing N (best of the H200 tile sweep, see
+    data/tuning_log.md). In the interpreter each Triton op costs the same
     Python overhead whatever the tile, so tiles are 16x larger there. Tiles never change a bit of
     the result: every row finds its own expert, and masks cover any tail."""
-    block_k = next((b for b in (512, 256, 128, 64) if N % b == 0), 64)
+    block_k = next((b for b in (1024, 512, 256, 128, 64) if N % b == 0), 64)
     block_m = max(1, min(128, 4096 // block_k))
     if interpreted:
         block_k = min(triton.next_power_of_2(N), 2048) if N % 64 else next(b for b in (2048, 1024, 512, 256, 128, 64) if N % b == 0)
         block_m = max(16, 65536 // block_k)
-    return block_m, block_k, 8
+    return block_m, block_k, 4
 
 
 def _check_global_scale(global_scale, E: int, device) -> torch.Tensor:
