@@ -229,8 +229,9 @@ def implementations(shape: Shape) -> dict[str, Callable]:
     impls = {
         "triton": lambda x, w, out: silu_and_mul(x, w, interleaved=il, out=out),
         "torch_eager": lambda x, w, out: silu_and_mul_ref(x, w, interleaved=il),
-        "torch_compile": lambda x, w, out, f=_compiled_ref(il, shape.weighted): f(x, w),
     }
+    compiled = _compiled_ref(il, shape.weighted)
+    impls["torch_compile"] = lambda x, w, out: compiled(x, w)
     if helion_original.available():
         impls["helion"] = lambda x, w, out: helion_original.silu_and_mul_helion(x, w, interleaved=il, out=out)
     return impls
@@ -353,11 +354,7 @@ def tile_sweep(progress: bool = True) -> list[dict]:
 
 NVFP4_TUNE = [(49152, 3072), (8192, 1536)]
 NVFP4_TUNE_CONFIGS = [
-    (bm, bk, w)
-    for bm in (2, 4, 8, 16, 32)
-    for bk in (256, 512, 1024)
-    for w in (4, 8)
-    if 2048 <= bm * bk <= 8192
+    (bm, bk, w) for bm in (2, 4, 8, 16, 32) for bk in (256, 512, 1024) for w in (4, 8) if 2048 <= bm * bk <= 8192
 ]
 
 
@@ -379,11 +376,19 @@ def nvfp4_tile_sweep(progress: bool = True) -> list[dict]:
         for cfg in tqdm([None, *NVFP4_TUNE_CONFIGS], desc=f"nvfp4 tiles {M}x{N}", disable=not progress):
             for kind in ("fused", "quant"):
                 if kind == "fused":
-                    fn = lambda cfg=cfg: silu_and_mul_nvfp4_quant(gateup, gs, eo, bo, out=out, validate=False, config=cfg)  # noqa: E731
+                    fn = lambda cfg=cfg: silu_and_mul_nvfp4_quant(
+                        gateup, gs, eo, bo, out=out, validate=False, config=cfg
+                    )
                 else:
-                    fn = lambda cfg=cfg: nvfp4_quant(act, gs, expert_offsets=eo, blockscale_offsets=bo, out=out, validate=False, config=cfg)  # noqa: E731
+                    fn = lambda cfg=cfg: nvfp4_quant(
+                        act, gs, expert_offsets=eo, blockscale_offsets=bo, out=out, validate=False, config=cfg
+                    )
                 t = graph_time([fn], rounds=8)
-                nbytes = nvfp4_bytes(M, N, True, int(bo[-1])) - (M * 4 * N if kind == "quant" else 0) + (M * 2 * N if kind == "quant" else 0)
+                nbytes = (
+                    nvfp4_bytes(M, N, True, int(bo[-1]))
+                    - (M * 4 * N if kind == "quant" else 0)
+                    + (M * 2 * N if kind == "quant" else 0)
+                )
                 rows.append(
                     {
                         "op": f"nvfp4_{kind}",
@@ -396,7 +401,6 @@ def nvfp4_tile_sweep(progress: bool = True) -> list[dict]:
                         "tbps": round(nbytes / t.median_us / 1e6, 4),
                     }
                 )
-        del gateup, act, out
     return rows
 
 
@@ -468,7 +472,6 @@ def bench_nvfp4(cold: bool, ceiling_tbps: float, quick: bool = False, progress: 
                     "fused_floor_us": round(fused_bytes / (ceiling_tbps * 1e6), 3),
                 }
             )
-        del gateup, act, packed, scales
     return rows
 
 

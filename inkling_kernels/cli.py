@@ -42,7 +42,9 @@ def _check(args) -> int:
     harness.save(rows, out, provenance.collect(), kind)
     print(f"wrote {out}")
     if not all(r["port_vs_helion"] is not None for r in rows):
-        print("note: helion is not installed, so port vs helion was not compared (pip install 'inkling-kernels[helion]')")
+        print(
+            "note: helion is not installed, so port vs helion was not compared (pip install 'inkling-kernels[helion]')"
+        )
     return 0 if harness.all_ok(rows) else 1
 
 
@@ -62,6 +64,8 @@ def _figures(args) -> int:
     written = plots.draw_all(Path(args.data), Path(args.out))
     for p in written:
         print(f"wrote {p}")
+    if plots.update_readme(provenance.REPO_ROOT / "README.md", Path(args.data)):
+        print("updated the summary table in README.md")
     if not written:
         print(f"no benchmark CSV in {args.data}: run `python -m inkling_kernels bench` on a GPU first")
         return 1
@@ -80,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("check", help="bitwise harness: Triton port vs helion originals")
     p.add_argument("--quick", action="store_true", help="a small GPU matrix")
-    p.add_argument("--matrix", choices=["gpu", "quick", "cpu"], help="force a matrix (default: gpu on CUDA, cpu otherwise)")
+    p.add_argument(
+        "--matrix", choices=["gpu", "quick", "cpu"], help="force a matrix (default: gpu on CUDA, cpu otherwise)"
+    )
     p.add_argument("--nvfp4", action="store_true", help="check fused == unfused == reference for NVFP4 instead")
     p.add_argument("--out", help="JSON output (default data/bitwise_<device>.json)")
     p.add_argument("--no-progress", action="store_true")

@@ -32,7 +32,9 @@ import torch
 from . import _backend
 from .silu_and_mul import _check_args
 
-INSTALL_HINT = "the helion originals need helion 1.4.0: pip install 'inkling-kernels[helion]' (or pip install helion==1.4.0)"
+INSTALL_HINT = (
+    "the helion originals need helion 1.4.0: pip install 'inkling-kernels[helion]' (or pip install helion==1.4.0)"
+)
 HELION_VERSION = "1.4.0"
 
 
@@ -94,7 +96,9 @@ def silu_and_mul_helion(
     return out
 
 
-def generated_triton(gateup: torch.Tensor, topk_weights: torch.Tensor | None = None, *, interleaved: bool = True) -> str:
+def generated_triton(
+    gateup: torch.Tensor, topk_weights: torch.Tensor | None = None, *, interleaved: bool = True
+) -> str:
     """The Triton source helion generates for these arguments (shown in notebook 04)."""
     M, N = gateup.shape[0], gateup.shape[1] // 2
     out = torch.empty((M, N), dtype=gateup.dtype, device=gateup.device)

@@ -212,7 +212,11 @@ def _quant_config(N: int, interpreted: bool) -> tuple[int, int, int]:
     block_k = next((b for b in (1024, 512, 256, 128, 64) if N % b == 0), 64)
     block_m = max(1, min(128, 4096 // block_k))
     if interpreted:
-        block_k = min(triton.next_power_of_2(N), 2048) if N % 64 else next(b for b in (2048, 1024, 512, 256, 128, 64) if N % b == 0)
+        block_k = (
+            min(triton.next_power_of_2(N), 2048)
+            if N % 64
+            else next(b for b in (2048, 1024, 512, 256, 128, 64) if N % b == 0)
+        )
         block_m = max(16, 65536 // block_k)
     return block_m, block_k, 4
 
@@ -220,7 +224,9 @@ def _quant_config(N: int, interpreted: bool) -> tuple[int, int, int]:
 def _check_global_scale(global_scale, E: int, device) -> torch.Tensor:
     check_tensor("global_scale", global_scale, dtypes=(torch.float32,))
     if global_scale.numel() != E:
-        raise ValueError(f"global_scale must hold one fp32 value per expert ({E}), got shape {tuple(global_scale.shape)}")
+        raise ValueError(
+            f"global_scale must hold one fp32 value per expert ({E}), got shape {tuple(global_scale.shape)}"
+        )
     if global_scale.device != device:
         raise ValueError(f"global_scale is on {global_scale.device}, expected {device}")
     return global_scale.reshape(E).contiguous()
@@ -277,7 +283,8 @@ def _launch_quant(
         check_offsets("blockscale_offsets", blockscale_offsets, device)
         if blockscale_offsets.numel() != E + 1:
             raise ValueError(
-                f"blockscale_offsets must have E+1={E + 1} entries like expert_offsets, got {blockscale_offsets.numel()}"
+                f"blockscale_offsets must have E+1={E + 1} entries like expert_offsets, "
+                f"got {blockscale_offsets.numel()}"
             )
     elif blockscale_offsets is not None:
         raise ValueError("blockscale_offsets applies to swizzled scales only (swizzle=False was given)")
@@ -429,5 +436,14 @@ def e4m3_encode(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     value = torch.empty(flat.shape, dtype=torch.float32, device=s.device)
     if flat.numel():
         block = 1024
-        _backend.launch(e4m3_encode_kernel, (triton.cdiv(flat.numel(), block),), s.device, flat, byte, value, flat.numel(), BLOCK=block)
+        _backend.launch(
+            e4m3_encode_kernel,
+            (triton.cdiv(flat.numel(), block),),
+            s.device,
+            flat,
+            byte,
+            value,
+            flat.numel(),
+            BLOCK=block,
+        )
     return byte.reshape(s.shape), value.reshape(s.shape)

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import matplotlib  # noqa: F401
-
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -32,7 +31,9 @@ def caption(meta: dict) -> str:
 def speedup_table(df: pd.DataFrame, l2: str = "warm") -> pd.DataFrame:
     """One row per shape: median us of each implementation and the port's speedups."""
     d = df[(df["op"] == "silu_and_mul") & (df["l2"] == l2)]
-    wide = d.pivot_table(index=["group", "M", "N", "layout", "weighted"], columns="impl", values="median_us").reset_index()
+    wide = d.pivot_table(
+        index=["group", "M", "N", "layout", "weighted"], columns="impl", values="median_us"
+    ).reset_index()
     for other in ("helion", "torch_compile", "torch_eager"):
         if other in wide:
             wide[f"vs_{other}"] = wide[other] / wide["triton"]
@@ -50,45 +51,70 @@ def _label(r) -> str:
 
 
 def draw_speedup(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
+    """Speedup of the port over helion (top) and torch.compile (bottom), per layout, vs M."""
     wide = speedup_table(df)
-    wide = wide.sort_values(["layout", "weighted", "M", "N"]).reset_index(drop=True)
-    labels = [_label(r) for r in wide.itertuples()]
-    fig, ax = plt.subplots(figsize=(7.0, max(4.0, 0.16 * len(wide) + 1.5)))
-    y = np.arange(len(wide))
-    h = 0.4
-    for i, other in enumerate(("helion", "torch_compile")):
-        col = f"vs_{other}"
-        if col in wide:
-            gm = geomean(wide[col])
-            ax.barh(y + (i - 0.5) * h, wide[col], height=h, color=COLORS[other], label=f"vs {other} (geomean {gm:.2f}x)")
-    ax.axvline(1.0, color="black", lw=1)
-    ax.set_yticks(y, labels, fontsize=6)
-    ax.invert_yaxis()
-    ax.set_xlabel("speedup of the Triton port (x, higher is better)")
-    ax.set_title("silu_and_mul: Triton port vs helion originals and torch.compile", fontsize=10)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.text(0.01, 0.005, caption(meta), fontsize=6, color="0.3")
+    fig, axes = plt.subplots(2, 2, figsize=(7.0, 5.2), sharex=True, sharey="row")
+    ns = sorted(wide.N.unique())
+    cmap = plt.get_cmap("viridis")
+    for col, layout in enumerate(("il", "nil")):
+        for row, other in enumerate(("helion", "torch_compile")):
+            ax = axes[row, col]
+            key = f"vs_{other}"
+            if key not in wide:
+                continue
+            d = wide[(wide.layout == layout) & ~wide.weighted]
+            for i, n in enumerate(ns):
+                dn = d[d.N == n].sort_values("M")
+                if len(dn):
+                    ax.plot(dn.M, dn[key], marker="o", ms=3, lw=1, color=cmap(i / max(1, len(ns) - 1)), label=f"N={n}")
+            dw = wide[(wide.layout == layout) & wide.weighted]
+            if len(dw):
+                ax.scatter(dw.M, dw[key], marker="*", s=60, color="crimson", zorder=4, label="with weights")
+            ax.axhline(1.0, color="black", lw=0.8)
+            ax.set_xscale("log")
+            ax.grid(alpha=0.3)
+            gm = geomean(wide[wide.layout == layout][key])
+            title = "interleaved" if layout == "il" else "non-interleaved"
+            ax.set_title(f"{title}: vs {other.replace('_', '.')} (geomean {gm:.2f}x)", fontsize=8)
+            if col == 0:
+                ax.set_ylabel(f"speedup over {other.replace('_', '.')} (x)", fontsize=8)
+            if row == 1:
+                ax.set_xlabel("M (tokens x experts, rows)", fontsize=8)
+            ax.tick_params(labelsize=7)
+    axes[0, 1].legend(fontsize=6, loc="upper left")
+    fig.suptitle("silu_and_mul: speedup of the Triton port (higher is better)", fontsize=10)
+    fig.text(0.01, 0.005, caption(meta), fontsize=5.5, color="0.3")
     fig.tight_layout(rect=(0, 0.02, 1, 1))
     return _save(fig, out_stem)
 
 
 def draw_bandwidth(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
     d = df[(df["op"] == "silu_and_mul") & (df["l2"] == "warm") & (df["M"] >= 1536)]
-    fig, ax = plt.subplots(figsize=(7.0, 3.6))
+    fig, ax = plt.subplots(figsize=(7.0, 4.4))
     wide = d.pivot_table(index=["M", "N", "layout", "weighted"], columns="impl", values="tbps").reset_index()
     wide = wide.sort_values(["layout", "N", "M"]).reset_index(drop=True)
     x = np.arange(len(wide))
     for impl in ("triton", "helion", "torch_compile"):
         if impl in wide:
-            ax.plot(x, wide[impl], marker="o", ms=3, lw=1, color=COLORS[impl], label=impl)
+            ax.plot(x, wide[impl], marker="o", ms=3, lw=1, color=COLORS[impl], label=f"{impl} (warm L2)")
+    cold = df[(df["op"] == "silu_and_mul") & (df["l2"] == "cold") & (df["M"] >= 1536) & (df["impl"] == "triton")]
+    if len(cold):
+        c = wide[["M", "N", "layout", "weighted"]].merge(cold, on=["M", "N", "layout", "weighted"], how="left")
+        ax.plot(x, c["tbps"], ls="--", marker="x", ms=3, lw=1, color=COLORS["triton"], label="triton (cold L2)")
     for key, style in (("ceiling_49152x3072", "--"), ("ceiling_49152x768", ":")):
         if key in meta:
-            ax.axhline(meta[key]["tbps"], color="black", ls=style, lw=1, label=f"streaming ceiling {key[8:]} ({meta[key]['tbps']:.2f} TB/s)")
+            ax.axhline(
+                meta[key]["tbps"],
+                color="black",
+                ls=style,
+                lw=1,
+                label=f"streaming ceiling {key[8:]} ({meta[key]['tbps']:.2f} TB/s)",
+            )
     ax.axhline(4.8, color="red", ls="-.", lw=0.8, label="H200 datasheet 4.8 TB/s")
     ax.set_xticks(x, [_label(r) for r in wide.itertuples()], rotation=90, fontsize=6)
     ax.set_ylabel("effective bandwidth (TB/s)")
-    ax.set_title("silu_and_mul prefill shapes: bytes moved / median time", fontsize=10)
-    ax.legend(fontsize=6, loc="lower right")
+    ax.set_title("silu_and_mul prefill shapes: bytes moved / median time (warm L2 can beat DRAM)", fontsize=9)
+    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.42), ncol=3)
     fig.text(0.01, 0.005, caption(meta), fontsize=6, color="0.3")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return _save(fig, out_stem)
@@ -138,3 +164,110 @@ def draw_all(data_dir: Path, fig_dir: Path) -> list[Path]:
         if nv.exists():
             written += draw_nvfp4(pd.read_csv(nv), meta, fig_dir / f"nvfp4_{gpu}")
     return written
+
+
+def targets_table(df: pd.DataFrame, meta: dict, nv: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The issue-level targets next to what the recorded run measured."""
+    wide = speedup_table(df)
+    decode = wide[wide.M <= 16]
+    big = df[(df.op == "silu_and_mul") & (df.impl == "triton") & (df.l2 == "warm") & (df.M == 49152)]
+    rows = [
+        {
+            "target": "decode (M <= 16): <= 1.20 us per call",
+            "measured": f"{decode.triton.min():.2f}-{decode.triton.max():.2f} us; "
+            f"{(decode.triton <= 1.20).sum()}/{len(decode)} shapes met",
+            "met": bool((decode.triton <= 1.20).all()),
+        },
+        {
+            "target": "decode: never slower than torch.compile",
+            "measured": f"slower on {(decode.vs_torch_compile < 1).sum()}/{len(decode)} shapes "
+            f"(worst {decode.vs_torch_compile.min():.2f}x)",
+            "met": bool((decode.vs_torch_compile >= 1).all()),
+        },
+    ]
+    for n in (768, 3072):
+        ceiling = meta.get(f"ceiling_49152x{n}", {}).get("tbps", float("nan"))
+        for layout in ("il", "nil"):
+            r = big[(big.N == n) & (big.layout == layout)]
+            if r.empty:
+                continue
+            tb = float(r.tbps.iloc[0])
+            goal = min(4.3, 0.98 * ceiling)
+            rows.append(
+                {
+                    "target": f"M=49152 N={n} {layout}: >= min(4.3 TB/s, 98% of same-pattern ceiling {ceiling:.2f})",
+                    "measured": f"{tb:.2f} TB/s = {100 * tb / ceiling:.1f}% of ceiling",
+                    "met": tb >= goal,
+                }
+            )
+    for other in ("helion", "torch_compile"):
+        col = f"vs_{other}"
+        if col in wide:
+            rows.append(
+                {
+                    "target": f"every shape >= 1.0x vs {other}",
+                    "measured": f"geomean {geomean(wide[col]):.2f}x; slower on {(wide[col] < 1).sum()}/{len(wide)} "
+                    f"(worst {wide[col].min():.2f}x)",
+                    "met": bool((wide[col] >= 1).all()),
+                }
+            )
+    if nv is not None and not nv.empty:
+        p = nv.pivot_table(index=["M", "N"], columns="impl", values="median_us").reset_index()
+        ratio = p[p.M >= 8192].unfused / p[p.M >= 8192].fused
+        rows.append(
+            {
+                "target": "NVFP4 fused >= 1.6x unfused from M = 8192",
+                "measured": f"{ratio.min():.2f}-{ratio.max():.2f}x",
+                "met": bool((ratio >= 1.6).all()),
+            }
+        )
+        f = nv[(nv.impl == "fused") & (nv.M == 49152)]
+        share = f.fused_floor_us / f.median_us
+        rows.append(
+            {
+                "target": "NVFP4 fused >= 85% of its byte floor at M = 49152",
+                "measured": ", ".join(f"N={int(n)}: {100 * s:.0f}%" for n, s in zip(f.N, share)),
+                "met": bool((share >= 0.85).all()),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def summary_markdown(data_dir: Path, gpu: str = "h200") -> str:
+    """The README's table, generated from the recorded CSVs."""
+    df, meta = load_bench(data_dir / f"bench_{gpu}.csv")
+    nv_path = data_dir / f"bench_{gpu}_nvfp4.csv"
+    nv = pd.read_csv(nv_path) if nv_path.exists() else None
+    wide = speedup_table(df)
+    src = wide[wide.group == "source"].sort_values(["layout", "M", "N"])
+    lines = [
+        f"Measured on {meta.get('device')} (driver {meta.get('driver')}, torch {meta.get('torch')}, "
+        f"triton {meta.get('triton')}, helion {meta.get('helion')}, {meta.get('date_utc', '')[:10]}); "
+        "CUDA-graph replay, median us per call, warm L2. Source: `data/bench_h200.csv`.",
+        "",
+        "| M | N | layout | w | Triton port | helion | torch.compile | vs helion | vs compile |",
+        "|---:|---:|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in src.itertuples():
+        lines.append(
+            f"| {r.M} | {r.N} | {r.layout} | {'w' if r.weighted else '-'} | {r.triton:.2f} | {r.helion:.2f} | "
+            f"{r.torch_compile:.2f} | {r.vs_helion:.2f}x | {r.vs_torch_compile:.2f}x |"
+        )
+    lines += ["", "| target | measured | met |", "|---|---|---|"]
+    for r in targets_table(df, meta, nv).itertuples():
+        lines.append(f"| {r.target} | {r.measured} | {'yes' if r.met else '**no**'} |")
+    return "\n".join(lines) + "\n"
+
+
+def update_readme(readme: Path, data_dir: Path) -> bool:
+    """Rewrite the block between the summary markers of the README; True if it changed."""
+    start, end = "<!-- summary:start -->", "<!-- summary:end -->"
+    text = readme.read_text()
+    if start not in text or end not in text or not (data_dir / "bench_h200.csv").exists():
+        return False
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    new = f"{head}{start}\n{summary_markdown(data_dir)}{end}{tail}"
+    if new != text:
+        readme.write_text(new)
+    return new != text

@@ -58,7 +58,9 @@ def git_commit() -> str | None:
     """The checkout's commit, or ``$INKLING_GIT_COMMIT`` where the tree travelled without .git."""
     import os
 
-    return _run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short=12", "HEAD"]) or os.environ.get("INKLING_GIT_COMMIT")
+    return _run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short=12", "HEAD"]) or os.environ.get(
+        "INKLING_GIT_COMMIT"
+    )
 
 
 def collect(command: str | list[str] | None = None) -> dict:

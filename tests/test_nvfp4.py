@@ -97,7 +97,9 @@ def test_swizzle_matches_formula_and_roundtrips(gen):
     assert torch.equal(unswizzle_blockscale(sw, R, C), s)
     assert int(unswizzle_blockscale(sw)[R:].sum()) == 0  # padding rows are zero
     s6 = s[:, :6]
-    assert swizzle_blockscale(s6).shape == (384, 8) and int(unswizzle_blockscale(swizzle_blockscale(s6))[:, 6:].sum()) == 0
+    assert (
+        swizzle_blockscale(s6).shape == (384, 8) and int(unswizzle_blockscale(swizzle_blockscale(s6))[:, 6:].sum()) == 0
+    )
 
 
 # ---- bitwise: fused == unfused == reference ---------------------------------------------------
@@ -124,7 +126,10 @@ def test_fused_equals_unfused_equals_reference(N, experts, interleaved, with_wei
     act = silu_and_mul(gateup, w, interleaved=interleaved)
     gs = _global_scales(act.cpu(), eo.cpu()).to(device)
     bo = padded_blockscale_offsets(eo)
-    out = (poisoned((M, N // 2), torch.uint8, device), poisoned((int(bo[-1]), (N // 16 + 3) // 4 * 4), torch.uint8, device))
+    out = (
+        poisoned((M, N // 2), torch.uint8, device),
+        poisoned((int(bo[-1]), (N // 16 + 3) // 4 * 4), torch.uint8, device),
+    )
     fused = silu_and_mul_nvfp4_quant(gateup, gs, eo, bo, interleaved=interleaved, topk_weights=w, out=out)
     unfused = nvfp4_quant(act, gs, expert_offsets=eo, blockscale_offsets=bo)
     ref = nvfp4_quant_experts_ref(act.cpu(), gs.cpu(), eo.cpu(), bo.cpu())
@@ -214,22 +219,54 @@ _eo = lambda *v: torch.tensor(v, dtype=torch.int32, device=DEVICE)  # noqa: E731
     [
         (lambda: nvfp4_quant(torch.ones(4, 24, device=DEVICE), _gs1()), ValueError, "multiple of 16"),
         (lambda: nvfp4_quant(torch.ones(4, 32, dtype=torch.int32, device=DEVICE), _gs1()), TypeError, "x"),
-        (lambda: nvfp4_quant(torch.ones(4, 32, device=DEVICE), torch.ones(1, dtype=torch.float64)), TypeError, "global_scale"),
-        (lambda: nvfp4_quant(torch.ones(4, 32, device=DEVICE), torch.ones(3, device=DEVICE)), ValueError, "global_scale"),
+        (
+            lambda: nvfp4_quant(torch.ones(4, 32, device=DEVICE), torch.ones(1, dtype=torch.float64)),
+            TypeError,
+            "global_scale",
+        ),
+        (
+            lambda: nvfp4_quant(torch.ones(4, 32, device=DEVICE), torch.ones(3, device=DEVICE)),
+            ValueError,
+            "global_scale",
+        ),
         (lambda: silu_and_mul_nvfp4_quant(_gu(N=24), _gs1(), _eo(0, 8)), ValueError, "multiple of 16"),
         (lambda: silu_and_mul_nvfp4_quant(_gu(), _gs2(), _eo(0, 4, 8).float()), TypeError, "expert_offsets"),
         (lambda: silu_and_mul_nvfp4_quant(_gu(), _gs2(), _eo(0, 5, 4)), ValueError, "non-decreasing"),
         (lambda: silu_and_mul_nvfp4_quant(_gu(), _gs2(), _eo(0, 4, 7)), ValueError, "end at M"),
         (lambda: silu_and_mul_nvfp4_quant(_gu(), _gs2(), _eo(1, 4, 8)), ValueError, "start at 0"),
-        (lambda: silu_and_mul_nvfp4_quant(_gu(), _gs2(), _eo(0, 4, 8), _eo(0, 100, 228)), ValueError, "multiples of 128"),
-        (lambda: silu_and_mul_nvfp4_quant(_gu(200), _gs2(), _eo(0, 150, 200), _eo(0, 128, 256)), ValueError, "inconsistent"),
+        (
+            lambda: silu_and_mul_nvfp4_quant(_gu(), _gs2(), _eo(0, 4, 8), _eo(0, 100, 228)),
+            ValueError,
+            "multiples of 128",
+        ),
+        (
+            lambda: silu_and_mul_nvfp4_quant(_gu(200), _gs2(), _eo(0, 150, 200), _eo(0, 128, 256)),
+            ValueError,
+            "inconsistent",
+        ),
         (lambda: silu_and_mul_nvfp4_quant(_gu(), _gs2(), _eo(0, 4, 8), _eo(0, 128)), ValueError, "blockscale_offsets"),
         (lambda: silu_and_mul_nvfp4_quant(_gu(), _gs1(), _eo(0, 4, 8)), ValueError, "global_scale"),
         (lambda: silu_and_mul_nvfp4_quant(_gu().float(), _gs1(), _eo(0, 8)), TypeError, "gateup"),
-        (lambda: silu_and_mul_nvfp4_quant(_gu(), _gs1(), _eo(0, 8), topk_weights=torch.ones(3, device=DEVICE)), ValueError, "topk_weights"),
+        (
+            lambda: silu_and_mul_nvfp4_quant(_gu(), _gs1(), _eo(0, 8), topk_weights=torch.ones(3, device=DEVICE)),
+            ValueError,
+            "topk_weights",
+        ),
         (lambda: silu_and_mul_nvfp4_quant(_gu(), _gs1(), _eo(0, 8), interleaved="yes"), TypeError, "interleaved"),
-        (lambda: silu_and_mul_nvfp4_quant(_gu(), _gs1(), _eo(0, 8), _eo(0, 128), swizzle=False), ValueError, "blockscale_offsets"),
-        (lambda: nvfp4_quant(torch.ones(4, 32, device=DEVICE), _gs1(), out=(torch.empty(4, 15, dtype=torch.uint8), torch.empty(128, 4, dtype=torch.uint8))), ValueError, "out"),
+        (
+            lambda: silu_and_mul_nvfp4_quant(_gu(), _gs1(), _eo(0, 8), _eo(0, 128), swizzle=False),
+            ValueError,
+            "blockscale_offsets",
+        ),
+        (
+            lambda: nvfp4_quant(
+                torch.ones(4, 32, device=DEVICE),
+                _gs1(),
+                out=(torch.empty(4, 15, dtype=torch.uint8), torch.empty(128, 4, dtype=torch.uint8)),
+            ),
+            ValueError,
+            "out",
+        ),
         (lambda: silu_and_mul_nvfp4_quant(_gu(), torch.ones(1, device="meta"), _eo(0, 8)), ValueError, "global_scale"),
     ],
 )

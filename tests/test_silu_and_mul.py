@@ -161,7 +161,9 @@ def _x(M=4, N=64, dtype=torch.bfloat16):
         (lambda: silu_and_mul(_x(), out=torch.empty(4, 65, device=DEVICE)), ValueError, "out"),
         (lambda: silu_and_mul(_x(), out=torch.empty(4, 64, dtype=torch.int32, device=DEVICE)), TypeError, "out"),
         (
-            lambda: silu_and_mul(_x(), out_dtype=torch.float16, out=torch.empty(4, 64, dtype=torch.float32, device=DEVICE)),
+            lambda: silu_and_mul(
+                _x(), out_dtype=torch.float16, out=torch.empty(4, 64, dtype=torch.float32, device=DEVICE)
+            ),
             TypeError,
             "out_dtype",
         ),

@@ -10,8 +10,13 @@ from inkling_kernels.helion_original import generated_triton, silu_and_mul_helio
 from inkling_kernels.reference import silu_and_mul_ref, ulp_distance
 
 report = {}
-for M, N, il, od in [(1, 1024, True, torch.bfloat16), (2, 1024, True, torch.bfloat16), (6, 1024, False, torch.bfloat16),
-                     (384, 1024, True, torch.bfloat16), (384, 1024, True, torch.float32)]:
+for M, N, il, od in [
+    (1, 1024, True, torch.bfloat16),
+    (2, 1024, True, torch.bfloat16),
+    (6, 1024, False, torch.bfloat16),
+    (384, 1024, True, torch.bfloat16),
+    (384, 1024, True, torch.float32),
+]:
     torch.manual_seed(0)
     x = (torch.randn(M, 2 * N) * 2).to(torch.bfloat16).cuda()
     p = silu_and_mul(x, None, od, interleaved=il)
@@ -19,7 +24,9 @@ for M, N, il, od in [(1, 1024, True, torch.bfloat16), (2, 1024, True, torch.bflo
     r64 = silu_and_mul_ref(x, None, torch.float64, interleaved=il, compute_dtype=torch.float64)
     r32 = silu_and_mul_ref(x, None, od, interleaved=il)
     comp = torch.compile(lambda t: silu_and_mul_ref(t, None, od, interleaved=il))(x)
-    diff = (p.view(torch.int16 if od != torch.float32 else torch.int32) != h.view(torch.int16 if od != torch.float32 else torch.int32))
+    diff = p.view(torch.int16 if od != torch.float32 else torch.int32) != h.view(
+        torch.int16 if od != torch.float32 else torch.int32
+    )
     idx = diff.nonzero()[:8].tolist()
     key = f"M={M} N={N} il={il} out={od}"
     report[key] = {
@@ -30,7 +37,8 @@ for M, N, il, od in [(1, 1024, True, torch.bfloat16), (2, 1024, True, torch.bflo
         "port_ulp_vs_torch": int(ulp_distance(p, r32).max()),
         "helion_ulp_vs_torch": int(ulp_distance(h, r32).max()) if not torch.isnan(h).any() else -1,
         "examples": [
-            {"at": i, "port": float(p[i[0], i[1]]), "helion": float(h[i[0], i[1]]), "fp64": float(r64[i[0], i[1]])} for i in idx
+            {"at": i, "port": float(p[i[0], i[1]]), "helion": float(h[i[0], i[1]]), "fp64": float(r64[i[0], i[1]])}
+            for i in idx
         ],
     }
     print(key, report[key]["n_diff"], report[key]["examples"][:2], flush=True)

@@ -34,11 +34,17 @@ def opcode_mix(ptx: str) -> dict:
 
 
 def ptxas(ptx_path: Path) -> dict:
-    res = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(ptx_path), "-o", "/dev/null"], capture_output=True, text=True)
+    res = subprocess.run(
+        ["ptxas", "-arch=sm_90a", "-v", str(ptx_path), "-o", "/dev/null"], capture_output=True, text=True
+    )
     text = res.stderr + res.stdout
     regs = re.findall(r"Used (\d+) registers", text)
     spills = re.findall(r"(\d+) bytes spill stores", text)
-    return {"registers": int(regs[-1]) if regs else None, "spill_store_bytes": int(spills[-1]) if spills else None, "ptxas": text.strip()}
+    return {
+        "registers": int(regs[-1]) if regs else None,
+        "spill_store_bytes": int(spills[-1]) if spills else None,
+        "ptxas": text.strip(),
+    }
 
 
 def main(out_path: str) -> None:

@@ -1,0 +1,49 @@
+# The workbook's two commands (README): `make run` and `make test`. Each sets itself up.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
+export PYTHONUNBUFFERED := 1
+
+.PHONY: run test lint unit nbval lab figures gpu-job publish clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "torch==2.13.0" || $(BIN)/python -m pip install -q "torch>=2.11"
+	$(BIN)/python -m pip install -q -e ".[notebooks,test,helion]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $(STAMP)
+
+## make run: execute every notebook into build/ (HTML too) and redraw figures/ from data/
+run: $(STAMP)
+	mkdir -p build/notebooks
+	$(BIN)/python -m inkling_kernels figures
+	$(BIN)/python tools/run_notebooks.py --out build/notebooks $(NOTEBOOKS)
+
+## make test: lint, unit tests, then nbval over notebooks/ (CPU: Triton interpreter; GPU: compiled)
+test: $(STAMP) lint unit nbval
+
+lint: $(STAMP)
+	$(BIN)/ruff check inkling_kernels tests tools notebooks
+	$(BIN)/ruff format --check inkling_kernels tests tools notebooks
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests -q -p no:cacheprovider
+
+nbval: $(STAMP)
+	$(BIN)/python -m pytest --nbval-lax --nbval-sanitize-with notebooks/nbval_sanitize.cfg -p no:cacheprovider -q notebooks
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks
+
+figures: $(STAMP)
+	$(BIN)/python -m inkling_kernels figures
+
+## make gpu-job: the whole GPU job on a CUDA machine (tests, sanitizer, bitwise, benchmark)
+gpu-job: $(STAMP)
+	PATH=$(abspath $(BIN)):$$PATH bash tools/gpu_job.sh build/gpu_job
+
+clean:
+	rm -rf build

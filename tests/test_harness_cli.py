@@ -1,0 +1,108 @@
+"""The bitwise harness, the CLI, the figures and the backend switch (CPU-side behaviour)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import HAS_CUDA
+
+import inkling_kernels as ik
+from inkling_kernels import _backend, cli, harness, helion_original, plots
+from inkling_kernels.reference import silu_and_mul_ref
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def test_gpu_matrix_covers_the_source_matrix():
+    cases = harness.case_matrix("gpu")
+    assert len(cases) >= 88
+    assert {c.M for c in cases} >= {1, 2, 4, 6, 8, 16, 96, 384, 1536, 4096, 49152}
+    assert {c.N for c in cases} >= {384, 768, 960, 1024, 1536, 2048, 3072}
+    assert any(c.M * 2 * c.N > 2**31 for c in cases)
+    assert any(c.out_dtype == "float32" for c in cases) and any(c.N % 2 for c in cases)
+    assert {(c.interleaved, c.weighted) for c in cases} == {(a, b) for a in (True, False) for b in (True, False)}
+    with pytest.raises(ValueError, match="kind"):
+        harness.case_matrix("huge")
+
+
+@pytest.mark.skipif(not helion_original.available(), reason=helion_original.INSTALL_HINT)
+def test_runner_rows_and_tally():
+    cases = [harness.Case(1, 384, True, True), harness.Case(3, 7, False, False), harness.Case(2, 256, True, False)]
+    rows = harness.run_matrix(cases, "cpu", progress=False)
+    assert [r["case"] for r in rows] == [c.name for c in cases]
+    assert all(r["ok"] and r["port_vs_helion"] is True for r in rows)
+    assert harness.tally(rows).startswith("3/3 bitwise identical")
+    rows[1] = {**rows[1], "port_vs_helion": False, "ok": False}
+    assert harness.tally(rows).startswith("2/3") and not harness.all_ok(rows)
+    assert "M=3 N=7 nil" in harness.format_table(rows)
+
+
+def test_tally_without_helion():
+    rows = [{"port_vs_helion": None, "layouts_equal": True, "rerun_equal": True, "finite": True, "max_ulp_vs_ref": 0}]
+    assert "helion not installed" in harness.tally(rows)
+
+
+def test_recorded_bitwise_files_have_provenance():
+    for name in ("bitwise_h200.json", "nvfp4_bitwise_h200.json", "bitwise_cpu.json"):
+        doc = json.loads((DATA / name).read_text())
+        prov = doc["provenance"]
+        assert doc["all_ok"] is True and doc["cases"]
+        for key in ("device", "date_utc", "command", "torch", "triton", "helion"):
+            assert prov.get(key), (name, key)
+    gpu = json.loads((DATA / "bitwise_h200.json").read_text())
+    assert gpu["provenance"]["driver"] and len(gpu["cases"]) >= 88
+    assert gpu["tally"].startswith(f"{len(gpu['cases'])}/{len(gpu['cases'])} bitwise identical")
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the refusal on a machine without a GPU")
+def test_bench_refuses_without_gpu(capsys):
+    with pytest.raises(SystemExit, match="CUDA GPU"):
+        cli.main(["bench", "--quick"])
+
+
+def test_info_prints_versions(capsys):
+    assert cli.main(["info"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["triton"] and info["torch"]
+
+
+def test_figures_and_summary_from_recorded_data(tmp_path, capsys):
+    assert cli.main(["figures", "--data", str(DATA), "--out", str(tmp_path)]) == 0
+    for stem in ("speedup_h200", "bandwidth_h200", "nvfp4_h200"):
+        for ext in (".png", ".svg"):
+            assert (tmp_path / f"{stem}{ext}").stat().st_size > 5000
+    md = plots.summary_markdown(DATA)
+    assert "| 49152 | 3072 | il |" in md and "NVFP4 fused" in md
+    df, meta = plots.load_bench(DATA / "bench_h200.csv")
+    targets = plots.targets_table(df, meta)
+    assert len(targets) >= 6 and set(targets.met.unique()) <= {True, False}
+
+
+def test_figures_without_data_says_so(tmp_path, capsys):
+    assert cli.main(["figures", "--data", str(tmp_path), "--out", str(tmp_path / "f")]) == 1
+    assert "no benchmark CSV" in capsys.readouterr().out
+
+
+def test_interpreter_rounding_switch():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 512, generator=gen).to(torch.bfloat16)
+    exact32 = silu_and_mul_ref(x, out_dtype=torch.float32)
+    previous = ik.set_interpreter_bf16_rounding("truncate")
+    try:
+        truncated = ik.silu_and_mul(x)
+    finally:
+        ik.set_interpreter_bf16_rounding(previous)
+    rounded = ik.silu_and_mul(x)
+    # truncation never increases the magnitude; round-to-nearest is within half an ulp
+    assert bool((truncated.float().abs() <= exact32.abs() * (1 + 2**-20)).all())
+    assert not torch.equal(truncated, rounded)
+    assert int((rounded.float() - exact32).abs().gt(exact32.abs() * 2**-8).sum()) == 0
+    with pytest.raises(ValueError, match="mode"):
+        ik.set_interpreter_bf16_rounding("nearest")
+    assert _backend.interpreter_bf16_rounding() == previous
+
+
+def test_unsupported_device_is_refused():
+    with pytest.raises(ValueError, match="gateup"):
+        ik.silu_and_mul(torch.ones(2, 4, device="meta"))

@@ -1,0 +1,57 @@
+"""Execute notebooks into an output folder (executed .ipynb + .html), leaving the sources alone.
+
+    python tools/run_notebooks.py --out build/notebooks notebooks/*.ipynb
+    python tools/run_notebooks.py --in-place --stamp notebooks/*.ipynb   (publishing: make publish)
+
+Each notebook runs with its own folder as the working directory, as JupyterLab would run it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbconvert import HTMLExporter
+from tqdm import tqdm
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("notebooks", nargs="+")
+    ap.add_argument("--out", help="folder for executed copies and HTML")
+    ap.add_argument("--in-place", action="store_true", help="write outputs back into the sources")
+    ap.add_argument("--timeout", type=int, default=900, help="seconds per cell")
+    args = ap.parse_args(argv)
+    if not args.out and not args.in_place:
+        ap.error("give --out or --in-place")
+    failures = 0
+    for path in tqdm([Path(p) for p in args.notebooks], desc="notebooks", unit="nb"):
+        nb = nbformat.read(path, as_version=4)
+        start = time.time()
+        client = NotebookClient(
+            nb, timeout=args.timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+        )
+        try:
+            client.execute()
+            status = "ok"
+        except Exception as exc:  # keep going: report every failing notebook
+            failures += 1
+            status = f"FAILED: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        tqdm.write(f"{path.name}: {status} ({time.time() - start:.0f} s)")
+        if args.in_place:
+            nbformat.write(nb, path)
+        if args.out:
+            out = Path(args.out)
+            out.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, out / path.name)
+            html, _ = HTMLExporter().from_notebook_node(nb)
+            (out / path.with_suffix(".html").name).write_text(html)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
