@@ -95,3 +95,13 @@ def collect(command: str | list[str] | None = None) -> dict:
     else:
         info["interpreter_bf16_rounding"] = _backend.interpreter_bf16_rounding()
     return info
+
+
+def stamp() -> str:
+    """One line for the first output of a notebook: where and with what it was executed."""
+    info = collect("notebook")
+    parts = [info["device"]]
+    if info.get("driver"):
+        parts.append(f"driver {info['driver']}")
+    parts += [f"torch {info['torch']}", f"triton {info['triton']}", f"helion {info['helion']}", info["date_utc"]]
+    return "executed on " + " | ".join(parts)

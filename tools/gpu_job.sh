@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU job: everything the workbook claims about the GPU, from a bare CUDA machine, in one go.
 #   tools/gpu_job.sh [OUT_DIR] [STEPS]   OUT_DIR default build/gpu_job ($OUT on the device tool);
-#   STEPS: comma list of tests,bitwise,bench,tune (default tests,bitwise,bench; each fits a 10-minute call).
+#   STEPS: comma list of tests,bitwise,bench,tune,notebooks (default tests,bitwise,bench;
+#   each fits a 10-minute call).
 # Steps: install the wheels carried in .whl/ (helion 1.4.0 and what the machine lacks), the full
 # test suite on the GPU, compute-sanitizer memcheck over the GPU kernel tests, the bitwise
 # matrices (silu_and_mul port vs helion; NVFP4 fused == unfused == reference), registers/PTX of
@@ -47,6 +48,12 @@ fi
 if want tune; then
 step "tile sweeps only"
 timeout 500 python3 -c "from inkling_kernels import bench; bench.tune_only('$OUT_DIR/tune_h200.csv')" 2>&1 | tail -c 600
+fi
+
+if want notebooks; then
+step "notebooks executed in place on the GPU"
+python3 tools/run_notebooks.py --in-place notebooks/0*.ipynb 2>&1 | grep -v "nb/s\]$" | tail -n 8
+tar czf "$OUT_DIR/notebooks_gpu.tar.gz" notebooks/0*.ipynb
 fi
 
 if want bench; then

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
-from nbconvert import HTMLExporter
 from tqdm import tqdm
 
 
@@ -48,6 +47,8 @@ def main(argv=None) -> int:
             out = Path(args.out)
             out.mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, out / path.name)
+            from nbconvert import HTMLExporter  # only needed for the HTML copies
+
             html, _ = HTMLExporter().from_notebook_node(nb)
             (out / path.with_suffix(".html").name).write_text(html)
     return 1 if failures else 0
