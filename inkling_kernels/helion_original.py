@@ -68,6 +68,22 @@ def helion_kernel(interleaved: bool, m_is_one: bool = False, n_is_one: bool = Fa
     return _helion_kernels.make(fn)
 
 
+_backend_in_use: list[str] = []
+
+
+def _claim_backend(kind: str) -> None:
+    """helion caches the Triton module it generates by its source text, and the source is the same
+    for CUDA and CPU tensors: a process that ran the originals compiled would hand a CPU tensor
+    to the compiled kernel (and the reverse). So one process uses one backend for them."""
+    if not _backend_in_use:
+        _backend_in_use.append(kind)
+    elif _backend_in_use[0] != kind:
+        raise RuntimeError(
+            f"the helion originals already ran {_backend_in_use[0]} in this process; helion reuses its generated "
+            f"module across devices, so they cannot also run {kind} here: use a separate process"
+        )
+
+
 def silu_and_mul_helion(
     gateup: torch.Tensor,
     topk_weights: torch.Tensor | None = None,
@@ -78,7 +94,9 @@ def silu_and_mul_helion(
 ) -> torch.Tensor:
     """The helion original, with the signature and checks of :func:`inkling_kernels.silu_and_mul`.
 
-    ``gateup`` rows must be contiguous (the original kernels take a ``view``).
+    ``gateup`` rows must be contiguous (the original kernels take a ``view``). In one process
+    the originals run on one backend only, compiled (CUDA) or interpreted (CPU); see
+    :func:`_claim_backend`.
     """
     M, N = _check_args(gateup, topk_weights, out_dtype, out, interleaved)
     if not gateup.is_contiguous():
@@ -89,9 +107,11 @@ def silu_and_mul_helion(
     if M == 0:
         return out
     if _backend.uses_interpreter(gateup.device):
+        _claim_backend("interpreted (CPU)")
         with _backend.triton_interpret_env(), _backend.interpreting():
             kernel(gateup, out, topk_weights)
     else:
+        _claim_backend("compiled (CUDA)")
         kernel(gateup, out, topk_weights)
     return out
 

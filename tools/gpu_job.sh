@@ -52,7 +52,7 @@ fi
 
 if want notebooks; then
 step "notebooks executed in place on the GPU"
-python3 tools/run_notebooks.py --in-place notebooks/0*.ipynb 2>&1 | grep -v "nb/s\]$" | tail -n 8
+python3 tools/run_notebooks.py --in-place ${NOTEBOOKS:-notebooks/0*.ipynb} 2>&1 | grep -v "nb/s\]$" | tail -n 8
 tar czf "$OUT_DIR/notebooks_gpu.tar.gz" notebooks/0*.ipynb
 fi
 
