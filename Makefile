@@ -6,13 +6,13 @@ STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 export PYTHONUNBUFFERED := 1
 
-.PHONY: run test lint unit nbval lab figures gpu-job publish clean
+.PHONY: run test lint unit nbval lab figures gpu-job publish reliability clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "torch==2.13.0" || $(BIN)/python -m pip install -q "torch>=2.11"
-	$(BIN)/python -m pip install -q -e ".[notebooks,test,helion]"
+	$(BIN)/python -m pip install -q -e ".[notebooks,test,helion,browser]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)
 
@@ -40,6 +40,19 @@ lab: $(STAMP)
 
 figures: $(STAMP)
 	$(BIN)/python -m inkling_kernels figures
+
+## make publish (GPU only): regenerate data/ and figures/, execute the notebooks in place
+publish: $(STAMP)
+	@$(BIN)/python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make publish needs a CUDA GPU: it records GPU results into data/ and notebooks/. On a CPU machine use make run.')"
+	$(BIN)/python -m inkling_kernels check
+	$(BIN)/python -m inkling_kernels check --nvfp4
+	$(BIN)/python -m inkling_kernels bench --cold-l2
+	$(BIN)/python -m inkling_kernels figures
+	$(BIN)/python tools/run_notebooks.py --in-place $(NOTEBOOKS)
+
+## make reliability: refresh data/reliability.json from the recorded logs and this checkout's tests
+reliability: $(STAMP)
+	$(BIN)/python tools/reliability.py
 
 ## make gpu-job: the whole GPU job on a CUDA machine (tests, sanitizer, bitwise, benchmark)
 gpu-job: $(STAMP)

@@ -18,6 +18,31 @@ from nbclient import NotebookClient
 from tqdm import tqdm
 
 
+def coalesce_streams(nb) -> None:
+    """Merge consecutive stream outputs and keep only what a terminal would show after each
+    carriage return (progress bars), so stored notebooks stay small and readable."""
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        merged = []
+        for out in cell.get("outputs", []):
+            if (
+                merged
+                and out.output_type == "stream"
+                and merged[-1].output_type == "stream"
+                and merged[-1].name == out.name
+            ):
+                merged[-1].text += out.text
+            else:
+                merged.append(out)
+        for out in merged:
+            if out.output_type == "stream":
+                out.text = "\n".join(
+                    line.rsplit("\r", 1)[-1] if line.strip("\r") else line for line in out.text.split("\n")
+                )
+        cell.outputs = merged
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("notebooks", nargs="+")
@@ -41,6 +66,7 @@ def main(argv=None) -> int:
             failures += 1
             status = f"FAILED: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         tqdm.write(f"{path.name}: {status} ({time.time() - start:.0f} s)")
+        coalesce_streams(nb)
         if args.in_place:
             nbformat.write(nb, path)
         if args.out:
