@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU job: everything the workbook claims about the GPU, from a bare CUDA machine, in one go.
 #   tools/gpu_job.sh [OUT_DIR] [STEPS]   OUT_DIR default build/gpu_job ($OUT on the device tool);
-#   STEPS: comma list of tests,bitwise,bench,tune,notebooks (default tests,bitwise,bench;
+#   STEPS: comma list of tests,sanitize,bitwise,bench,tune,notebooks (default tests,bitwise,bench;
 #   each fits a 10-minute call).
 # Steps: install the wheels carried in .whl/ (helion 1.4.0 and what the machine lacks), the full
 # test suite on the GPU, compute-sanitizer memcheck over the GPU kernel tests, the bitwise
@@ -33,6 +33,15 @@ step "compute-sanitizer memcheck (PYTORCH_NO_CUDA_MEMORY_CACHING=1, else it prov
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 300 compute-sanitizer --tool memcheck --print-limit 20 \
   python3 -m pytest tests/test_silu_and_mul.py tests/test_nvfp4.py -q -p no:cacheprovider -p no:warnings \
   -k "odd_widths or small_shared and 768 or layouts or fused_equals and 768 and not uniform or strided or zero_rows" 2>&1 | tail -n 8
+fi
+
+if want sanitize; then
+step "compute-sanitizer racecheck and initcheck (shared-memory de-interleave, masked tails, NVFP4)"
+for tool in racecheck initcheck; do
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 200 compute-sanitizer --tool $tool --print-limit 20 \
+    python3 -m pytest tests/test_silu_and_mul.py tests/test_nvfp4.py -q -p no:cacheprovider -p no:warnings \
+    -k "layouts_bitwise or odd_widths and 130 or fused_equals and 768 and nonuniform" 2>&1 | tail -n 4
+done
 fi
 
 if want bitwise; then
