@@ -106,3 +106,21 @@ def test_interpreter_rounding_switch():
 def test_unsupported_device_is_refused():
     with pytest.raises(ValueError, match="gateup"):
         ik.silu_and_mul(torch.ones(2, 4, device="meta"))
+
+
+def test_check_command_writes_json_and_exit_code(tmp_path, monkeypatch, capsys):
+    """`check` on a tiny matrix: table + tally printed, JSON written; a mismatch makes it exit 1."""
+    monkeypatch.setattr(
+        harness, "case_matrix", lambda kind: [harness.Case(2, 64, True, True), harness.Case(1, 7, False, False)]
+    )
+    out = tmp_path / "bitwise.json"
+    assert cli.main(["check", "--matrix", "cpu", "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "M=2 N=64 il+w" in printed and ("2/2 bitwise identical" in printed or "helion not installed" in printed)
+    doc = json.loads(out.read_text())
+    assert len(doc["cases"]) == 2 and doc["provenance"]["triton"]
+    real_run_case = harness.run_case
+    monkeypatch.setattr(
+        harness, "run_case", lambda case, device: {**real_run_case(case, device), "rerun_equal": False, "ok": False}
+    )
+    assert cli.main(["check", "--matrix", "cpu", "--out", str(out), "--no-progress"]) == 1
