@@ -146,7 +146,8 @@ def _save(fig, stem: Path) -> list[Path]:
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
     fig.savefig(paths[0], dpi=200)
-    fig.savefig(paths[1], metadata={"Date": None})
+    with plt.rc_context({"svg.hashsalt": "inkling-kernels"}):  # stable ids: regenerating changes no byte
+        fig.savefig(paths[1], metadata={"Date": None})
     plt.close(fig)
     return paths
 
