@@ -72,10 +72,6 @@ def case_matrix(kind: str = "gpu") -> list[Case]:
     return cases
 
 
-def _compare(port: torch.Tensor, other: torch.Tensor) -> bool:
-    return bits_equal(port, other)
-
-
 def run_case(case: Case, device: torch.device, seed: int = 0) -> dict:
     """Run one case; returns a row of the table."""
     gen = torch.Generator(device="cpu").manual_seed(seed + case.M * 7919 + case.N)
@@ -103,12 +99,12 @@ def run_case(case: Case, device: torch.device, seed: int = 0) -> dict:
     row = {"case": case.name, **asdict(case)}
     if helion_original.available():
         helion = helion_original.silu_and_mul_helion(x, w, out_dtype, interleaved=case.interleaved, out=poison())
-        row["port_vs_helion"] = _compare(port, helion)
+        row["port_vs_helion"] = bits_equal(port, helion)
         del helion
     else:
         row["port_vs_helion"] = None
-    row["layouts_equal"] = _compare(port, other_layout)
-    row["rerun_equal"] = _compare(port, rerun)
+    row["layouts_equal"] = bits_equal(port, other_layout)
+    row["rerun_equal"] = bits_equal(port, rerun)
     del other_layout, rerun
     row["finite"] = bool(torch.isfinite(port).all())
     # max ulp to the same-order torch reference, computed in row chunks to bound memory
