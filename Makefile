@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 export PYTHONUNBUFFERED := 1
 
-.PHONY: run test lint unit nbval lab figures gpu-job publish reliability clean
+.PHONY: run test lint unit nbval lab figures wheels gpu-job publish reliability clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -41,22 +41,28 @@ lab: $(STAMP)
 figures: $(STAMP)
 	$(BIN)/python -m inkling_kernels figures
 
-## make publish (GPU only): regenerate data/ and figures/, execute the notebooks in place
+## make publish (GPU only): the benchmark, bitwise records and notebooks, rewritten in place from
+## this GPU (tools/gpu_job.sh, steps bench,bitwise,notebooks), then figures/ and the README tables
 publish: $(STAMP)
 	@$(BIN)/python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make publish needs a CUDA GPU: it records GPU results into data/ and notebooks/. On a CPU machine use make run.')"
-	$(BIN)/python -m inkling_kernels check
-	$(BIN)/python -m inkling_kernels check --nvfp4
-	$(BIN)/python -m inkling_kernels bench --cold-l2
+	PATH=$(abspath $(BIN)):$$PATH bash tools/gpu_job.sh build/gpu_job bench,bitwise,notebooks
 	$(BIN)/python -m inkling_kernels figures
-	$(BIN)/python tools/run_notebooks.py --in-place $(NOTEBOOKS)
 
-## make reliability: refresh data/reliability.json from the recorded logs and this checkout's tests
+## make reliability: refresh data/reliability.json and the README's table from the recorded files
 reliability: $(STAMP)
 	$(BIN)/python tools/reliability.py
 
-## make gpu-job: the whole GPU job on a CUDA machine (tests, sanitizer, bitwise, benchmark)
+## make wheels: download the wheels the GPU job installs on a machine without a package index
+wheels:
+	$(PY) -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  --platform manylinux1_x86_64 -d .whl -r tools/gpu_wheels.txt
+
+## make gpu-job (GPU only): the whole GPU job (benchmark, tests, sanitizers, bitwise, notebooks)
 gpu-job: $(STAMP)
 	PATH=$(abspath $(BIN)):$$PATH bash tools/gpu_job.sh build/gpu_job
+	cp build/gpu_job/gpu_job.log data/gpu_job_$$($(BIN)/python -c "from inkling_kernels import provenance; print(provenance.device_slug())").log
+	$(BIN)/python -m inkling_kernels figures
 
 clean:
 	rm -rf build

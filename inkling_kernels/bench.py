@@ -18,6 +18,7 @@ Triton kernel under graph replay (the launch floor).
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import statistics
@@ -184,7 +185,8 @@ PREFILL_M = (1536, 4096, 6144, 16384)
 
 def shapes(quick: bool = False) -> list[Shape]:
     out = list(SOURCE_TABLE)
-    decode_m, prefill_m, ns = ((1, 6, 16), (4096,), (768, 3072)) if quick else (DECODE_M, PREFILL_M, SWEEP_N)
+    # quick: a subset of the full sweep (notebook 06 compares the two timing by timing)
+    decode_m, prefill_m, ns = ((1, 8, 16), (4096,), (768, 3072)) if quick else (DECODE_M, PREFILL_M, SWEEP_N)
     for il in (True, False):
         out += [Shape(m, n, il, False, "decode") for m in decode_m for n in ns]
         out += [Shape(m, n, il, False, "prefill") for m in prefill_m for n in ns]
@@ -479,13 +481,12 @@ def bench_nvfp4(cold: bool, ceiling_tbps: float, quick: bool = False, progress: 
 
 
 def write_csv(rows: list[dict], path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     keys = list(dict.fromkeys(k for r in rows for k in r))
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(rows)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    provenance.write_record(path, buf.getvalue())
 
 
 def tune_only(out: str | Path) -> None:
@@ -497,8 +498,8 @@ def tune_only(out: str | Path) -> None:
 
 
 def run(out: str | Path, quick: bool = False, cold: bool = False, tune: bool = True, command=None) -> dict:
-    """The whole sweep; writes ``out`` (silu CSV), ``*_nvfp4.csv``, ``*_tune.csv`` and the
-    provenance JSON beside it. Returns the provenance document."""
+    """The whole sweep; writes ``out`` (silu CSV) and its :func:`companion` files (NVFP4 CSV,
+    tile sweeps unless ``tune=False``, provenance JSON). Returns the provenance document."""
     require_gpu()
     out = Path(out)
     meta = provenance.collect(command)
@@ -512,9 +513,9 @@ def run(out: str | Path, quick: bool = False, cold: bool = False, tune: bool = T
     rows = bench_silu(shapes(quick), cold, ceiling)
     write_csv(rows, out)
     nv = bench_nvfp4(cold, ceiling, quick=quick)
-    write_csv(nv, out.with_name(out.stem + "_nvfp4.csv"))
+    write_csv(nv, provenance.companion(out, "nvfp4"))
     if tune:
-        write_csv(tile_sweep() + nvfp4_tile_sweep(), out.with_name(out.stem + "_tune.csv"))
+        write_csv(tile_sweep() + nvfp4_tile_sweep(), provenance.companion(out, "tune"))
     meta["gpu_state_after"] = provenance.gpu_state()
-    out.with_suffix(".json").write_text(json.dumps(meta, indent=1) + "\n")
+    provenance.write_record(provenance.companion(out, "meta"), json.dumps(meta, indent=1) + "\n")
     return meta

@@ -29,7 +29,7 @@ def _check(args) -> int:
         print(line)
         out = args.out or (DATA / f"nvfp4_bitwise_{provenance.device_slug(device)}.json")
         doc = {"provenance": provenance.collect(), "tally": line, "all_ok": all(r["ok"] for r in rows), "cases": rows}
-        Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+        provenance.write_record(out, json.dumps(doc, indent=1) + "\n")
         print(f"wrote {out}")
         return 0 if doc["all_ok"] else 1
     cases = harness.case_matrix(kind)
@@ -54,7 +54,9 @@ def _bench(args) -> int:
     bench.require_gpu()
     out = args.out or (DATA / f"bench_{provenance.device_slug()}.csv")
     meta = bench.run(out, quick=args.quick, cold=args.cold_l2, tune=not args.no_tune)
-    print(f"wrote {out} (+ _nvfp4.csv, _tune.csv, .json); ceiling {meta['ceiling_tbps_used_for_floors']:.3f} TB/s")
+    extra = ["nvfp4", "meta"] + ([] if args.no_tune else ["tune"])
+    print(f"wrote {out} and {', '.join(str(provenance.companion(out, k)) for k in extra)}")
+    print(f"ceiling {meta['ceiling_tbps_used_for_floors']:.3f} TB/s")
     return 0
 
 

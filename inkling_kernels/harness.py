@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from . import helion_original
+from . import helion_original, provenance
 from .reference import bits_equal, join_gateup, silu_and_mul_ref, ulp_distance
 from .silu_and_mul import silu_and_mul
 
@@ -175,10 +175,10 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def save(rows: list[dict], path: str | Path, provenance: dict, kind: str) -> None:
-    doc = {"provenance": provenance, "matrix": kind, "tally": tally(rows), "all_ok": all_ok(rows), "cases": rows}
+def save(rows: list[dict], path: str | Path, prov: dict, kind: str) -> None:
+    doc = {"provenance": prov, "matrix": kind, "tally": tally(rows), "all_ok": all_ok(rows), "cases": rows}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+    provenance.write_record(path, json.dumps(doc, indent=1) + "\n")
 
 
 def load(path: str | Path) -> dict:

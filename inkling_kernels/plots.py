@@ -10,12 +10,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from .provenance import companion
+
 COLORS = {"helion": "#4C72B0", "torch_compile": "#DD8452", "torch_eager": "#8C8C8C", "triton": "#55A868"}
 
 
 def load_bench(csv_path: str | Path) -> tuple[pd.DataFrame, dict]:
     csv_path = Path(csv_path)
-    meta_path = csv_path.with_suffix(".json")
+    meta_path = companion(csv_path, "meta")
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     return pd.read_csv(csv_path), meta
 
@@ -44,6 +46,26 @@ def geomean(values) -> float:
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v) & (v > 0)]
     return float(np.exp(np.log(v).mean())) if len(v) else float("nan")
+
+
+RERUN_KEYS = ["op", "M", "N", "layout", "weighted", "impl", "l2"]
+
+
+def rerun_table(again: pd.DataFrame, recorded: pd.DataFrame) -> pd.DataFrame:
+    """A re-measurement against a recorded sweep, row by row where both timed the same thing:
+    ``ratio`` = again / recorded (median us per call; > 1 means slower now)."""
+    keys = [k for k in RERUN_KEYS if k in again and k in recorded]
+    both = again.merge(recorded, on=keys, suffixes=("_again", "_recorded"))
+    both["size"] = np.where(both.M <= 16, "decode (M <= 16)", np.where(both.M < 4096, "mid", "large (M >= 4096)"))
+    both["ratio"] = both.median_us_again / both.median_us_recorded
+    return both[[*keys, "size", "median_us_again", "median_us_recorded", "ratio"]]
+
+
+def rerun_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per implementation and size class: how many timings, and the spread of again/recorded."""
+    g = table.groupby(["impl", "size"]).ratio
+    out = pd.DataFrame({"timings": g.size(), "median": g.median(), "min": g.min(), "max": g.max()})
+    return out.round(3).reset_index()
 
 
 def _label(r) -> str:
@@ -155,13 +177,13 @@ def _save(fig, stem: Path) -> list[Path]:
 def draw_all(data_dir: Path, fig_dir: Path) -> list[Path]:
     written = []
     for csv_path in sorted(data_dir.glob("bench_*.csv")):
-        if csv_path.stem.endswith(("_nvfp4", "_tune")):
-            continue
         gpu = csv_path.stem.removeprefix("bench_")
+        if gpu.startswith("quick_"):  # notebook 06's re-measurements, drawn there
+            continue
         df, meta = load_bench(csv_path)
         written += draw_speedup(df, meta, fig_dir / f"speedup_{gpu}")
         written += draw_bandwidth(df, meta, fig_dir / f"bandwidth_{gpu}")
-        nv = csv_path.with_name(csv_path.stem + "_nvfp4.csv")
+        nv = companion(csv_path, "nvfp4")
         if nv.exists():
             written += draw_nvfp4(pd.read_csv(nv), meta, fig_dir / f"nvfp4_{gpu}")
     return written
@@ -237,7 +259,7 @@ def targets_table(df: pd.DataFrame, meta: dict, nv: pd.DataFrame | None = None) 
 def summary_markdown(data_dir: Path, gpu: str = "h200") -> str:
     """The README's table, generated from the recorded CSVs."""
     df, meta = load_bench(data_dir / f"bench_{gpu}.csv")
-    nv_path = data_dir / f"bench_{gpu}_nvfp4.csv"
+    nv_path = companion(data_dir / f"bench_{gpu}.csv", "nvfp4")
     nv = pd.read_csv(nv_path) if nv_path.exists() else None
     wide = speedup_table(df)
     src = wide[wide.group == "source"].sort_values(["layout", "M", "N"])

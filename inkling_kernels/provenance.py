@@ -105,3 +105,26 @@ def stamp() -> str:
         parts.append(f"driver {info['driver']}")
     parts += [f"torch {info['torch']}", f"triton {info['triton']}", f"helion {info['helion']}", info["date_utc"]]
     return "executed on " + " | ".join(parts)
+
+
+def companion(out: str | Path, kind: str) -> Path:
+    """The files a sweep writes beside its silu_and_mul CSV ``out`` (e.g. ``data/bench_h200.csv``):
+    ``"nvfp4"`` -> ``nvfp4_bench_h200.csv``, ``"tune"`` -> ``tune_bench_h200.csv`` (tile sweeps),
+    ``"meta"`` -> ``bench_h200.json`` (provenance, ceilings, method)."""
+    out = Path(out)
+    if kind == "meta":
+        return out.with_suffix(".json")
+    if kind in ("nvfp4", "tune"):
+        return out.with_name(f"{kind}_{out.name}")
+    raise ValueError(f"kind must be 'nvfp4', 'tune' or 'meta', got {kind!r}")
+
+
+def write_record(path: str | Path, text: str) -> Path:
+    """Write a record under ``data/`` atomically (a temporary file, then a rename), so a test or
+    notebook reading it while a GPU job rewrites it sees the old file or the new one, whole."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return path

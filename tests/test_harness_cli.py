@@ -124,3 +124,65 @@ def test_check_command_writes_json_and_exit_code(tmp_path, monkeypatch, capsys):
         harness, "run_case", lambda case, device: {**real_run_case(case, device), "rerun_equal": False, "ok": False}
     )
     assert cli.main(["check", "--matrix", "cpu", "--out", str(out), "--no-progress"]) == 1
+
+
+def test_companion_files_of_a_sweep(tmp_path):
+    from inkling_kernels import provenance
+
+    out = tmp_path / "bench_h200.csv"
+    assert provenance.companion(out, "nvfp4") == tmp_path / "nvfp4_bench_h200.csv"
+    assert provenance.companion(out, "tune") == tmp_path / "tune_bench_h200.csv"
+    assert provenance.companion(out, "meta") == tmp_path / "bench_h200.json"
+    with pytest.raises(ValueError, match="kind"):
+        provenance.companion(out, "figures")
+    # the recorded run has all three
+    for kind in ("nvfp4", "tune", "meta"):
+        assert provenance.companion(DATA / "bench_h200.csv", kind).exists(), kind
+
+
+def test_write_record_replaces_whole_file(tmp_path):
+    from inkling_kernels import provenance
+
+    path = tmp_path / "sub" / "r.json"
+    provenance.write_record(path, "old\n")
+    provenance.write_record(path, "new\n")
+    assert path.read_text() == "new\n" and sorted(p.name for p in path.parent.iterdir()) == ["r.json"]
+
+
+def test_quick_sweep_is_a_subset_of_the_full_sweep():
+    from inkling_kernels import bench
+
+    key = lambda s: (s.M, s.N, s.interleaved, s.weighted)
+    full = {key(s) for s in bench.shapes()}
+    quick = [key(s) for s in bench.shapes(quick=True)]
+    assert len(quick) >= 20 and set(quick) <= full
+
+
+def test_rerun_table_pairs_timings():
+    import pandas as pd
+
+    base = {"op": "silu_and_mul", "N": 768, "layout": "il", "weighted": False, "l2": "warm"}
+    recorded = pd.DataFrame(
+        [{**base, "M": m, "impl": i, "median_us": t} for m, i, t in [(1, "triton", 1.2), (49152, "triton", 54.0)]]
+        + [{**base, "M": 8, "impl": "helion", "median_us": 2.0}]
+    )
+    again = pd.DataFrame([{**base, "M": m, "impl": "triton", "median_us": t} for m, t in [(1, 1.5), (49152, 54.0)]])
+    table = plots.rerun_table(again, recorded)
+    assert len(table) == 2
+    assert table.set_index("M").ratio.to_dict() == pytest.approx({1: 1.25, 49152: 1.0})
+    summary = plots.rerun_summary(table)
+    assert set(summary["size"]) == {"decode (M <= 16)", "large (M >= 4096)"} and summary.timings.sum() == 2
+
+
+def test_readme_reliability_table_matches_its_record():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("reliability", DATA.parent / "tools" / "reliability.py")
+    reliability = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reliability)
+    doc = json.loads((DATA / "reliability.json").read_text())
+    assert reliability.main(["--check"]) == 0
+    steps = doc["gpu_job"]["steps"]
+    assert steps["tests"]["passed"] > 200 and steps["tests"]["failed"] == 0
+    assert steps["memcheck"]["sanitizer_errors"] == 0 and steps["racecheck"]["racecheck_hazards"] == 0
+    assert doc["gpu_job"]["steps_failed"] == 0

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from inkling_kernels import silu_and_mul
+from inkling_kernels import provenance, silu_and_mul
 from inkling_kernels.helion_original import silu_and_mul_helion
 
 CASE = {"M": 384, "N": 1024, "interleaved": True, "weighted": True}
@@ -62,7 +62,7 @@ def main(out_path: str) -> None:
             continue
         ptx = ptx_path.read_text()
         report["kernels"][name] = {**ptxas(ptx_path), "ptx_lines": len(ptx.splitlines()), "opcodes": opcode_mix(ptx)}
-    Path(out_path).write_text(json.dumps(report, indent=1) + "\n")
+    provenance.write_record(out_path, json.dumps(report, indent=1) + "\n")
     for name, k in report["kernels"].items():
         print(name, "registers", k["registers"], "spills", k["spill_store_bytes"])
 

@@ -1,9 +1,14 @@
-"""Collect the reliability figures the README quotes into data/reliability.json.
+"""Collect the reliability figures the README quotes into data/reliability.json, and rewrite the
+README's reliability table (between ``<!-- reliability:start -->`` and ``<!-- reliability:end -->``)
+from it.
 
-Every number comes from a recorded file or from collecting this checkout's tests:
-GPU test and sanitizer counts from data/gpu_job_h200.log and data/gpu_job_sanitize_h200.log
-(written by tools/gpu_job.sh on the H200), bitwise counts from the data/*bitwise*.json records,
-CPU test and bad-input counts from ``pytest --collect-only`` here.
+Every number comes from a recorded file or from collecting this checkout's tests: GPU test and
+sanitizer counts from data/gpu_job_h200.log (the log of one run of tools/gpu_job.sh on the H200,
+one section per step), bitwise counts from the data/*bitwise*.json records, CPU test and
+bad-input counts from ``pytest --collect-only`` here.
+
+    python tools/reliability.py           # refresh data/reliability.json and the README table
+    python tools/reliability.py --check   # exit 1 if the README table differs from the JSON
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"
+README = ROOT / "README.md"
+LOG = "gpu_job_h200.log"
+START, END = "<!-- reliability:start -->", "<!-- reliability:end -->"
 
 
 def collected(*args: str) -> int:
@@ -26,32 +34,109 @@ def collected(*args: str) -> int:
     return sum(1 for line in out.splitlines() if "::" in line)
 
 
-def main() -> None:
-    log = (DATA / "gpu_job_h200.log").read_text()
-    gpu_passed = [int(m) for m in re.findall(r"^(\d+) passed[ ,]", log, flags=re.M)]
-    sanitizer = [int(m) for m in re.findall(r"ERROR SUMMARY: (\d+) errors", log)]
-    san = (DATA / "gpu_job_sanitize_h200.log").read_text()
-    racecheck = re.findall(r"RACECHECK SUMMARY: (\d+) hazards", san)
-    initcheck = re.findall(r"ERROR SUMMARY: (\d+) errors", san)
-    bitwise = {
-        name: json.loads((DATA / name).read_text())["tally"]
-        for name in ("bitwise_h200.json", "bitwise_cpu.json", "nvfp4_bitwise_h200.json")
+def log_sections(text: str) -> dict[str, str]:
+    """The GPU job's log cut at its ``=== <step>`` headers."""
+    parts = re.split(r"^=== (\w+)$", text, flags=re.M)
+    return {name: body for name, body in zip(parts[1::2], parts[2::2])}
+
+
+def _count(pattern: str, text: str) -> int | None:
+    m = re.search(pattern, text, flags=re.M)
+    return int(m.group(1)) if m else None
+
+
+def step_counts(body: str) -> dict:
+    """pytest's passed/failed/skipped and compute-sanitizer's summary from one step's section."""
+    return {
+        "passed": _count(r"(\d+) passed", body),
+        "failed": _count(r"(\d+) failed", body) or 0,
+        "skipped": _count(r"(\d+) skipped", body) or 0,
+        "exit": _count(r"exit (-?\d+) after", body),
+        "sanitizer_errors": _count(r"ERROR SUMMARY: (\d+) error", body),
+        "racecheck_hazards": _count(r"RACECHECK SUMMARY: (\d+) hazard", body),
     }
-    doc = {
-        "gpu_tests_passed_on_h200": gpu_passed[0] if gpu_passed else None,
-        "gpu_sanitizer_tests_passed": gpu_passed[1] if len(gpu_passed) > 1 else None,
-        "compute_sanitizer_memcheck_errors": sanitizer[0] if sanitizer else None,
-        "compute_sanitizer_racecheck_hazards": int(racecheck[0]) if racecheck else None,
-        "compute_sanitizer_initcheck_errors": int(initcheck[0]) if initcheck else None,
-        "bitwise": bitwise,
+
+
+def collect() -> dict:
+    log = (DATA / LOG).read_text()
+    sections = log_sections(log)
+    steps = {name: step_counts(sections[name]) for name in ("tests", "memcheck", "racecheck", "initcheck")}
+    device = re.search(r'"device": "([^"]+)"', log)
+    date = re.search(r'"date_utc": "([^"]+)"', log)
+    summary = re.search(r"^=== summary \([\d:]+, (\d+) s after setup\)", log, flags=re.M)
+    return {
+        "gpu_job": {
+            "log": f"data/{LOG}",
+            "device": device.group(1) if device else None,
+            "date_utc": date.group(1) if date else None,
+            "seconds": int(summary.group(1)) if summary else None,
+            "steps_failed": _count(r"^steps failed: (\d+)", log),
+            "steps": steps,
+        },
+        "bitwise": {
+            name: json.loads((DATA / name).read_text())["tally"]
+            for name in ("bitwise_h200.json", "bitwise_cpu.json", "nvfp4_bitwise_h200.json")
+        },
         "cpu_tests_collected": collected("tests"),
         "bad_input_cases": collected("tests", "-k", "bad_input or device_mismatch or rejects or refused"),
-        "sources": ["data/gpu_job_h200.log", "data/gpu_job_sanitize_h200.log", "data/bitwise_h200.json",
-                    "data/bitwise_cpu.json", "data/nvfp4_bitwise_h200.json", "pytest --collect-only tests"],
+        "sources": [f"data/{LOG}", "data/bitwise_h200.json", "data/bitwise_cpu.json",
+                    "data/nvfp4_bitwise_h200.json", "pytest --collect-only tests"],
     }  # fmt: skip
+
+
+def _lead(tally: str) -> str:
+    return tally.split(";")[0].split(" (")[0]
+
+
+def markdown(doc: dict) -> str:
+    """The README's reliability table, from data/reliability.json."""
+    job, bw = doc["gpu_job"], doc["bitwise"]
+    t, mc, rc, ic = (job["steps"][k] for k in ("tests", "memcheck", "racecheck", "initcheck"))
+    log = f"`{job['log']}`"
+    rows = [
+        ("port vs helion originals, compiled on the H200", f"**{_lead(bw['bitwise_h200.json'])}** (M 1..49152, "
+         "N 1..3072, both layouts, weights, fp16/fp32, one case with numel > 2^31)", "`data/bitwise_h200.json`"),
+        ("port vs helion originals, Triton interpreter", f"**{_lead(bw['bitwise_cpu.json'])}**",
+         "`data/bitwise_cpu.json`"),
+        ("NVFP4 fused == unfused == reference, H200", f"**{_lead(bw['nvfp4_bitwise_h200.json'])}** (6 widths, "
+         "uniform and non-uniform experts incl. empty ones, both layouts, weights)", "`data/nvfp4_bitwise_h200.json`"),
+        ("test suite on the H200", f"{t['passed']} passed, {t['failed']} failed, {t['skipped']} skipped", log),
+        (f"compute-sanitizer memcheck over {mc['passed']} kernel tests",
+         f"**{mc['sanitizer_errors']} errors** (with `PYTORCH_NO_CUDA_MEMORY_CACHING=1`)", log),
+        (f"compute-sanitizer racecheck / initcheck over {rc['passed']} kernel tests (shared-memory de-interleave, "
+         "masked tails, fused NVFP4)", f"**{rc['racecheck_hazards']} hazards / {ic['sanitizer_errors']} errors**", log),
+        ("the whole GPU job (benchmark, tests, sanitizers, bitwise, notebooks), one run",
+         f"{job['seconds']} s on one {job['device']}, {job['steps_failed']} steps failed ({job['date_utc'][:10]})",
+         log),
+        ("tests in this checkout (CPU run: the GPU-only tests skip)", str(doc["cpu_tests_collected"]),
+         "`pytest --collect-only`"),
+        ("bad inputs tried (each must raise a `ValueError`/`TypeError` naming the argument)",
+         str(doc["bad_input_cases"]), "`pytest --collect-only -k bad_input...`"),
+    ]  # fmt: skip
+    lines = ["| what | count | from |", "|---|---:|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    return "\n".join(lines) + "\n"
+
+
+def readme_block(text: str) -> str:
+    return text.split(START, 1)[1].split(END, 1)[0].strip("\n") + "\n"
+
+
+def main(argv: list[str]) -> int:
+    if "--check" in argv:
+        doc = json.loads((DATA / "reliability.json").read_text())
+        if readme_block(README.read_text()) != markdown(doc):
+            print("README's reliability table differs from data/reliability.json: run make reliability")
+            return 1
+        return 0
+    doc = collect()
     (DATA / "reliability.json").write_text(json.dumps(doc, indent=1) + "\n")
+    text = README.read_text()
+    head, rest = text.split(START, 1)
+    tail = rest.split(END, 1)[1]
+    README.write_text(f"{head}{START}\n{markdown(doc)}{END}{tail}")
     print(json.dumps(doc, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))
