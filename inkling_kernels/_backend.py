@@ -90,15 +90,60 @@ def _cast_impl(src, dst_type):
 interpreter_builder.cast_impl = _cast_impl
 
 
+# What Triton's interpreter patches while it runs: the language modules, the tensor and dtype
+# classes. A kernel launch restores its own patches, but a device-function call inside it
+# (``InterpretedFunction.__call__``: a helper, ``tl.sigmoid``, helion's generated helpers)
+# patches ``triton.language.core`` and never restores it; later compilations in the same process
+# then fail ("'ir.value' object has no attribute 'dtype'"). :func:`interpreting` snapshots these
+# objects on entry and puts back every attribute on exit.
+_PATCHED_BY_INTERPRETER = (tl, tl.core, tl.math, tl.core.tensor, tl.core.dtype, tl.core.tensor_descriptor_base)
+
+
+def _snapshot() -> list[tuple[object, dict]]:
+    return [(obj, dict(vars(obj))) for obj in _PATCHED_BY_INTERPRETER]
+
+
+def _restore(snapshot: list[tuple[object, dict]]) -> None:
+    for obj, before in snapshot:
+        now = dict(vars(obj))
+        for name, value in before.items():
+            if now.get(name, _restore) is not value:
+                setattr(obj, name, value)
+        for name in now.keys() - before.keys():
+            delattr(obj, name)
+
+
+def _changed_since(snapshot: list[tuple[object, dict]]) -> list[str]:
+    """Attributes that differ from a :func:`_snapshot` (for tests)."""
+    changed = []
+    for obj, before in snapshot:
+        now = vars(obj)
+        name = getattr(obj, "__name__", repr(obj))
+        keys = before.keys() | now.keys()
+        changed += [f"{name}.{k}" for k in keys if before.get(k, _restore) is not now.get(k, _restore)]
+    return sorted(changed)
+
+
 @contextlib.contextmanager
 def interpreting():
     """Within this block, compiled-mode ``@triton.jit`` helpers called from interpreted code run
-    through the interpreter (also used by the helion originals on CPU)."""
-    _state.depth = getattr(_state, "depth", 0) + 1
+    through the interpreter (also used by the helion originals on CPU). On leaving the outermost
+    block, everything the interpreter patched in ``triton.language`` is put back, so compiled
+    kernels still build in the same process."""
+    depth = getattr(_state, "depth", 0)
+    if depth == 0:
+        _lock.acquire()
+        snapshot = _snapshot()
+    _state.depth = depth + 1
     try:
         yield
     finally:
-        _state.depth -= 1
+        _state.depth = depth
+        if depth == 0:
+            try:
+                _restore(snapshot)
+            finally:
+                _lock.release()
 
 
 @contextlib.contextmanager

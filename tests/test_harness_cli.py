@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import HAS_CUDA
+from conftest import DEVICE, HAS_CUDA
 
 import inkling_kernels as ik
 from inkling_kernels import _backend, cli, harness, helion_original, plots
@@ -29,7 +29,7 @@ def test_gpu_matrix_covers_the_source_matrix():
 @pytest.mark.skipif(not helion_original.available(), reason=helion_original.INSTALL_HINT)
 def test_runner_rows_and_tally():
     cases = [harness.Case(1, 384, True, True), harness.Case(3, 7, False, False), harness.Case(2, 256, True, False)]
-    rows = harness.run_matrix(cases, "cpu", progress=False)
+    rows = harness.run_matrix(cases, DEVICE, progress=False)
     assert [r["case"] for r in rows] == [c.name for c in cases]
     assert all(r["ok"] and r["port_vs_helion"] is True for r in rows)
     assert harness.tally(rows).startswith("3/3 bitwise identical")
@@ -186,3 +186,35 @@ def test_readme_reliability_table_matches_its_record():
     assert steps["tests"]["passed"] > 200 and steps["tests"]["failed"] == 0
     assert steps["memcheck"]["sanitizer_errors"] == 0 and steps["racecheck"]["racecheck_hazards"] == 0
     assert doc["gpu_job"]["steps_failed"] == 0
+
+
+def test_interpreted_runs_leave_triton_language_as_found(gen):
+    """Triton's interpreter patches ``triton.language`` while it runs and, for device-function
+    calls, never puts it back; compiled kernels then fail to build in the same process.
+    ``_backend.interpreting`` restores everything on exit. Checked on the objects, then by building
+    a kernel for sm_90 right here (Triton compiles to PTX without a GPU)."""
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from inkling_kernels.silu_and_mul import silu_and_mul_interleaved_kernel
+
+    before = _backend._snapshot()
+    with _backend.interpreting():
+        tl.core.program_id = "patched"
+        tl.core.tensor.extra_attribute = 1
+    assert tl.core.program_id != "patched" and not hasattr(tl.core.tensor, "extra_attribute")
+    x = torch.randn((8, 2 * 64), generator=gen).to(torch.bfloat16)
+    ik.silu_and_mul(x)
+    ik.silu_and_mul_nvfp4_quant(x, torch.ones(1), torch.tensor([0, 8], dtype=torch.int32))
+    assert _backend._changed_since(before) == []
+    signature = {"gateup_ptr": "*bf16", "weight_ptr": "*fp32", "out_ptr": "*bf16", "M": "i32", "stride_in": "i32"}
+    signature |= {"stride_out": "i32"}
+    constants = {"N": 1024, "BLOCK_M": 1, "BLOCK_N": 1024, "EVEN_M": True, "EVEN_N": True, "HAS_WEIGHT": False}
+    constants |= {"INT64": False, "STREAM_POLICY": ""}
+    signature |= dict.fromkeys(constants, "constexpr")
+    compiled = triton.compile(
+        ASTSource(silu_and_mul_interleaved_kernel, signature, constants), target=GPUTarget("cuda", 90, 32)
+    )
+    assert "ld.global" in compiled.asm["ptx"] and "st.global" in compiled.asm["ptx"]

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import DEVICE, randn
+from conftest import DEVICE, HAS_CUDA, randn
 
 from inkling_kernels import helion_original, silu_and_mul
 from inkling_kernels.reference import bits_equal
@@ -53,3 +53,19 @@ def test_rejects_strided_rows():
     x = torch.randn(4, 600).to(torch.bfloat16).to(DEVICE)[:, :512]
     with pytest.raises(ValueError, match="contiguous"):
         helion_original.silu_and_mul_helion(x)
+
+
+@pytest.mark.skipif(
+    HAS_CUDA, reason="helion runs one backend per process, compiled on a GPU machine; this checks the interpreted one"
+)
+def test_interpreted_helion_leaves_triton_language_as_found(gen):
+    """helion's generated code, interpreted, patched ``triton.language.core`` for good (Triton's
+    interpreter does not restore what device-function calls patch), and compiled kernels then
+    failed to build in the same process; found by the H200 test run. See
+    ``test_harness_cli.test_interpreted_runs_leave_triton_language_as_found``."""
+    from inkling_kernels import _backend
+
+    before = _backend._snapshot()
+    x = randn((2, 2 * 64), torch.bfloat16, gen, "cpu")
+    helion_original.silu_and_mul_helion(x, None, interleaved=True)
+    assert _backend._changed_since(before) == []
