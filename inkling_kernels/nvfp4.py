@@ -95,6 +95,42 @@ def _expert_of_rows(rows, offsets_ptr, E, SEARCH_STEPS: tl.constexpr):
     return lo
 
 
+@triton.jit
+def _activation_half(
+    x_ptr, row_off, w, valid, kb, HALF: tl.constexpr, N: tl.constexpr, ACT: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr, BLOCK_M: tl.constexpr, NB: tl.constexpr,
+):  # fmt: skip
+    """Elements ``8*HALF .. 8*HALF+7`` of every scale block ``kb`` of the rows at ``row_off``, as
+    fp32 values of the stored activation: ``x`` itself (ACT 0), or silu(gate)*up [*w] computed by
+    the shared helper and rounded to the activation dtype (ACT 1 interleaved, 2 gate || up)."""
+    cols = kb[None, :, None] * 16 + HALF * 8 + tl.arange(0, 8)[None, None, :]  # [1, NB, 8]
+    mask = valid[:, None, None] & (cols < N)
+    if ACT == 0:
+        x = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0)
+    else:
+        if ACT == 1:
+            cols2 = kb[None, :, None] * 32 + HALF * 16 + tl.arange(0, 16)[None, None, :]
+            pairs = tl.load(x_ptr + row_off + cols2, mask=valid[:, None, None] & (cols2 < 2 * N), other=0.0)
+            gate, up = tl.split(tl.reshape(pairs, (BLOCK_M, NB, 8, 2)))
+        else:
+            gate = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0)
+            up = tl.load(x_ptr + row_off + N + cols, mask=mask, other=0.0)
+        y = _silu_mul(gate, up)
+        if HAS_WEIGHT:
+            y = y * w[:, None, None]
+        x = y.to(x_ptr.dtype.element_ty)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _pack_half(xb, mult, s_nan, BLOCK_M: tl.constexpr, NB: tl.constexpr):
+    """8 values of each block, scaled and rounded to e2m1, packed into 4 bytes (2i low nibble)."""
+    q = _e2m1_code(xb * mult[:, :, None])
+    q = tl.where(s_nan[:, :, None], 0, q)  # a NaN block stores codes +0 (its scale is NaN)
+    even, odd = tl.split(tl.reshape(q, (BLOCK_M, NB, 4, 2)))
+    return (even | (odd << 4)).to(tl.uint8)
+
+
 @triton.jit(do_not_specialize=["E", "total_scale_rows"])
 def nvfp4_quant_kernel(
     x_ptr,  # ACT_NONE: x[M, N]; otherwise gateup[M, 2N] in the layout ACT names
@@ -133,39 +169,27 @@ def nvfp4_quant_kernel(
     if INT64:
         m = m.to(tl.int64)
     gs = tl.load(gs_ptr + e)  # [BLOCK_M]
-    # Everything below is shaped [BLOCK_M, NB, 16]: one scale block on the last axis, built that
-    # way from the pointers (not by reshaping a 2-D tile), so each thread loads 8 contiguous
-    # elements of a block, the block max needs one shuffle, and each scale is computed by the
-    # two threads that own its block rather than by all sixteen.
+    # A scale block's 16 elements are held by one thread, as two [BLOCK_M, NB, 8] halves built
+    # from the pointers (not by reshaping a 2-D tile): each half is 8 contiguous elements (one
+    # 16-byte load), the block max needs no shuffle, and each scale is computed once per block,
+    # by the one thread that owns it.
     kb = pid_k * NB + tl.arange(0, NB)  # scale column = block index along N
-    j = tl.arange(0, 16)
-    cols = kb[None, :, None] * 16 + j[None, None, :]  # [1, NB, 16]
     row_off = m[:, None, None] * stride_x
-    mask = valid[:, None, None] & (cols < N)
+    w = tl.zeros_like(gs)
+    if HAS_WEIGHT:
+        w = tl.load(weight_ptr + m, mask=valid, other=0.0, eviction_policy="evict_last").to(tl.float32)
 
     # 1. The activation, rounded to its storage dtype exactly as the unfused path stores it.
-    if ACT == 0:
-        x = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0)
-    else:
-        if ACT == 1:
-            cols2 = kb[None, :, None] * 32 + tl.arange(0, 32)[None, None, :]
-            mask2 = valid[:, None, None] & (cols2 < 2 * N)
-            pairs = tl.load(x_ptr + row_off + cols2, mask=mask2, other=0.0)
-            gate, up = tl.split(tl.reshape(pairs, (BLOCK_M, NB, 16, 2)))
-        else:
-            gate = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0)
-            up = tl.load(x_ptr + row_off + N + cols, mask=mask, other=0.0)
-        y = _silu_mul(gate, up)
-        if HAS_WEIGHT:
-            w = tl.load(weight_ptr + m, mask=valid, other=0.0, eviction_policy="evict_last")
-            y = y * w.to(tl.float32)[:, None, None]
-        x = y.to(x_ptr.dtype.element_ty)
-    xb = x.to(tl.float32)
+    lo = _activation_half(x_ptr, row_off, w, valid, kb, 0, N, ACT, HAS_WEIGHT, BLOCK_M, NB)
+    hi = _activation_half(x_ptr, row_off, w, valid, kb, 1, N, ACT, HAS_WEIGHT, BLOCK_M, NB)
 
     # 2. One e4m3 scale per 16 elements (steps 1-5 of the formula).
     # |x| as integers: for non-negative floats the integer order is the float order, and every
     # NaN sorts above +inf, so one integer max gives amax and tells whether the block has a NaN.
-    amax_bits = tl.max(xb.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
+    amax_bits = tl.maximum(
+        tl.max(lo.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2),
+        tl.max(hi.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=2),
+    )
     has_nan = amax_bits > 0x7F800000
     amax = amax_bits.to(tl.float32, bitcast=True)
     s = gs[:, None] * tl.math.div_rn(amax, tl.full(amax.shape, 6.0, tl.float32))
@@ -176,13 +200,13 @@ def nvfp4_quant_kernel(
     sf_safe = tl.where(sf == 0.0, 1.0, sf)
     mult = tl.where(sf == 0.0, 0.0, tl.math.div_rn(gs[:, None] + tl.zeros_like(sf), sf_safe))
 
-    # 3. Scale, round to e2m1, pack two codes a byte (element 2i in the low nibble).
-    q = _e2m1_code(xb * mult[:, :, None])
-    q = tl.where(s_nan[:, :, None], 0, q)  # a NaN block stores codes +0 (its scale is NaN)
-    lo, hi = tl.split(tl.reshape(q, (BLOCK_M, NB, 8, 2)))
-    packed = (lo | (hi << 4)).to(tl.uint8)
-    pcols = kb[None, :, None] * 8 + tl.arange(0, 8)[None, None, :]
-    tl.store(packed_ptr + m[:, None, None] * (N // 2) + pcols, packed, mask=valid[:, None, None] & (pcols < N // 2))
+    # 3. Scale, round to e2m1, pack two codes a byte (element 2i in the low nibble): the low half
+    # of a block makes its first 4 bytes, the high half the next 4.
+    pcols = kb[None, :, None] * 8 + tl.arange(0, 4)[None, None, :]
+    pmask = valid[:, None, None] & (pcols < N // 2)
+    pout = packed_ptr + m[:, None, None] * (N // 2) + pcols
+    tl.store(pout, _pack_half(lo, mult, s_nan, BLOCK_M, NB), mask=pmask)
+    tl.store(pout + 4, _pack_half(hi, mult, s_nan, BLOCK_M, NB), mask=pmask)
 
     # 4. Scales: real blocks get s8; padding rows and columns get 0.
     k = kb
