@@ -227,14 +227,16 @@ def nvfp4_quant_kernel(
     tl.store(scale_ptr + offs, s8.to(tl.uint8), mask=r_ok[:, None] & (k < SCALE_COLS)[None, :])
 
 
-def _quant_config(N: int, interpreted: bool) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_K, num_warps). On the GPU: 4096 elements a program with 4 warps (32 a
-    thread), BLOCK_K the widest of 1024..64 dividing N (best of the H200 tile sweep, see
-    data/tuning_log.md). In the interpreter each Triton op costs the same
-    Python overhead whatever the tile, so tiles are 16x larger there. Tiles never change a bit of
-    the result: every row finds its own expert, and masks cover any tail."""
+def _quant_config(N: int, interpreted: bool, fused: bool = True) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_K, num_warps). On the GPU: BLOCK_K the widest of 1024..64 dividing N, 4 warps;
+    the fused kernel takes 4096 elements a program, the plain quant kernel, which does less work
+    an element, at least 8 rows (8x1024 at N = 3072, 8x512 at N = 1536): the best tiles of each
+    kernel in the H200 sweep (data/tune_round4_h200.csv, data/tuning_log.md). In the interpreter
+    each Triton op costs the same Python overhead whatever the tile, so tiles are 16x larger
+    there. Tiles never change a bit of the result: every row finds its own expert, and masks
+    cover any tail."""
     block_k = next((b for b in (1024, 512, 256, 128, 64) if N % b == 0), 64)
-    block_m = max(1, min(128, 4096 // block_k))
+    block_m = max(1, min(128, 4096 // block_k)) if fused else min(128, max(8, 4096 // block_k))
     if interpreted:
         block_k = (
             min(triton.next_power_of_2(N), 2048)
@@ -331,7 +333,7 @@ def _launch_quant(
         scales = torch.empty((total_rows, scale_cols), dtype=torch.uint8, device=device)
     if total_rows == 0:
         return packed, scales
-    block_m, block_k, warps = config or _quant_config(N, _backend.uses_interpreter(device))
+    block_m, block_k, warps = config or _quant_config(N, _backend.uses_interpreter(device), fused=act != ACT_NONE)
     grid = (triton.cdiv(total_rows, block_m) * triton.cdiv(scale_cols * 16, block_k),)
     int64 = max(M * max(src.stride(0), 1), total_rows * scale_cols) >= INT32_LIMIT
     _backend.launch(

@@ -55,12 +55,12 @@ def device_slug(device: torch.device | None = None) -> str:
 
 
 def git_commit() -> str | None:
-    """The checkout's commit, or ``$INKLING_GIT_COMMIT`` where the tree travelled without .git."""
+    """``$INKLING_GIT_COMMIT`` where set (a tree copied to a GPU machine may carry a stale .git),
+    else the checkout's commit."""
     import os
 
-    return _run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short=12", "HEAD"]) or os.environ.get(
-        "INKLING_GIT_COMMIT"
-    )
+    env = os.environ.get("INKLING_GIT_COMMIT")
+    return env or _run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short=12", "HEAD"])
 
 
 def collect(command: str | list[str] | None = None) -> dict:
