@@ -218,3 +218,11 @@ def test_interpreted_runs_leave_triton_language_as_found(gen):
         ASTSource(silu_and_mul_interleaved_kernel, signature, constants), target=GPUTarget("cuda", 90, 32)
     )
     assert "ld.global" in compiled.asm["ptx"] and "st.global" in compiled.asm["ptx"]
+
+
+def test_git_commit_prefers_the_environment(monkeypatch):
+    from inkling_kernels import provenance
+
+    monkeypatch.setenv("INKLING_GIT_COMMIT", "0123456789ab")
+    assert provenance.git_commit() == "0123456789ab"
+    assert provenance.collect("x")["git_commit"] == "0123456789ab"
