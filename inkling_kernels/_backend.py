@@ -103,25 +103,29 @@ def _snapshot() -> list[tuple[object, dict]]:
     return [(obj, dict(vars(obj))) for obj in _PATCHED_BY_INTERPRETER]
 
 
-def _restore(snapshot: list[tuple[object, dict]]) -> None:
+_ABSENT = object()
+
+
+def _differences(snapshot: list[tuple[object, dict]]):
+    """(object, attribute, value in the snapshot or ``_ABSENT``) for every attribute changed since."""
     for obj, before in snapshot:
         now = dict(vars(obj))
-        for name, value in before.items():
-            if now.get(name, _restore) is not value:
-                setattr(obj, name, value)
-        for name in now.keys() - before.keys():
+        for name in before.keys() | now.keys():
+            if before.get(name, _ABSENT) is not now.get(name, _ABSENT):
+                yield obj, name, before.get(name, _ABSENT)
+
+
+def _restore(snapshot: list[tuple[object, dict]]) -> None:
+    for obj, name, value in list(_differences(snapshot)):
+        if value is _ABSENT:
             delattr(obj, name)
+        else:
+            setattr(obj, name, value)
 
 
 def _changed_since(snapshot: list[tuple[object, dict]]) -> list[str]:
     """Attributes that differ from a :func:`_snapshot` (for tests)."""
-    changed = []
-    for obj, before in snapshot:
-        now = vars(obj)
-        name = getattr(obj, "__name__", repr(obj))
-        keys = before.keys() | now.keys()
-        changed += [f"{name}.{k}" for k in keys if before.get(k, _restore) is not now.get(k, _restore)]
-    return sorted(changed)
+    return sorted(f"{getattr(obj, '__name__', repr(obj))}.{name}" for obj, name, _ in _differences(snapshot))
 
 
 @contextlib.contextmanager

@@ -489,14 +489,6 @@ def write_csv(rows: list[dict], path: str | Path) -> None:
     provenance.write_record(path, buf.getvalue())
 
 
-def tune_only(out: str | Path) -> None:
-    """Only the tile sweeps (a tuning round between full sweeps)."""
-    require_gpu()
-    rows = tile_sweep()
-    write_csv(rows, out)
-    write_csv(rows + nvfp4_tile_sweep(), out)
-
-
 def run(out: str | Path, quick: bool = False, cold: bool = False, tune: bool = True, command=None) -> dict:
     """The whole sweep; writes ``out`` (silu CSV) and its :func:`companion` files (NVFP4 CSV,
     tile sweeps unless ``tune=False``, provenance JSON). Returns the provenance document."""

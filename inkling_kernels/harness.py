@@ -177,7 +177,6 @@ def format_table(rows: list[dict]) -> str:
 
 def save(rows: list[dict], path: str | Path, prov: dict, kind: str) -> None:
     doc = {"provenance": prov, "matrix": kind, "tally": tally(rows), "all_ok": all_ok(rows), "cases": rows}
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
     provenance.write_record(path, json.dumps(doc, indent=1) + "\n")
 
 

@@ -4,8 +4,9 @@
 #   tools/gpu_job.sh [OUT_DIR] [STEPS]
 #
 # OUT_DIR (default $OUT, else build/gpu_job) receives two files: gpu_job.log, the whole log
-# (recorded as data/gpu_job_<gpu>.log), and publish_<gpu>.tar.gz, the data/ records and notebooks/ this run rewrote (unpack it
-# over a checkout: `tar xzf publish_h200.tar.gz`). STEPS, a comma list, default all of them:
+# (recorded as data/gpu_job_<gpu>.log), and publish_<gpu>.tar.gz, the data/ records and the
+# notebooks this run rewrote (unpack it over a checkout: `tar xzf publish_h200.tar.gz`).
+# STEPS, a comma list, default all of them:
 #   bench      full benchmark sweep with cold L2 and tile sweeps -> data/bench_<gpu>.csv, .json,
 #              nvfp4_bench_<gpu>.csv, tune_bench_<gpu>.csv
 #   tests      the whole test suite on the GPU
