@@ -19,15 +19,15 @@ $(STAMP): pyproject.toml
 ## make run: execute every notebook into build/ (HTML too) and redraw figures/ from data/
 run: $(STAMP)
 	mkdir -p build/notebooks
-	$(BIN)/python -m inkling_kernels figures
+	$(BIN)/python -m inkling_workbook figures
 	$(BIN)/python tools/run_notebooks.py --out build/notebooks $(NOTEBOOKS)
 
 ## make test: lint, unit tests, then nbval over notebooks/ (CPU: Triton interpreter; GPU: compiled)
 test: $(STAMP) lint unit nbval
 
 lint: $(STAMP)
-	$(BIN)/ruff check inkling_kernels tests tools notebooks
-	$(BIN)/ruff format --check inkling_kernels tests tools notebooks
+	$(BIN)/ruff check inkling_kernels inkling_workbook tests tools notebooks
+	$(BIN)/ruff format --check inkling_kernels inkling_workbook tests tools notebooks
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests -q -p no:cacheprovider
@@ -39,14 +39,14 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks
 
 figures: $(STAMP)
-	$(BIN)/python -m inkling_kernels figures
+	$(BIN)/python -m inkling_workbook figures
 
 ## make publish (GPU only): the benchmark, bitwise records and notebooks, rewritten in place from
 ## this GPU (tools/gpu_job.sh, steps bench,bitwise,notebooks), then figures/ and the README tables
 publish: $(STAMP)
 	@$(BIN)/python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make publish needs a CUDA GPU: it records GPU results into data/ and notebooks/. On a CPU machine use make run.')"
 	PATH=$(abspath $(BIN)):$$PATH bash tools/gpu_job.sh build/gpu_job bench,bitwise,notebooks
-	$(BIN)/python -m inkling_kernels figures
+	$(BIN)/python -m inkling_workbook figures
 
 ## make reliability: refresh data/reliability.json and the README's table from the recorded files
 reliability: $(STAMP)
@@ -61,8 +61,8 @@ wheels:
 ## make gpu-job (GPU only): the whole GPU job (benchmark, tests, sanitizers, bitwise, notebooks)
 gpu-job: $(STAMP)
 	PATH=$(abspath $(BIN)):$$PATH bash tools/gpu_job.sh build/gpu_job
-	cp build/gpu_job/gpu_job.log data/gpu_job_$$($(BIN)/python -c "from inkling_kernels import provenance; print(provenance.device_slug())").log
-	$(BIN)/python -m inkling_kernels figures
+	cp build/gpu_job/gpu_job.log data/gpu_job_$$($(BIN)/python -c "from inkling_workbook import provenance; print(provenance.device_slug())").log
+	$(BIN)/python -m inkling_workbook figures
 
 clean:
 	rm -rf build

@@ -8,7 +8,8 @@ import torch
 from conftest import DEVICE, HAS_CUDA
 
 import inkling_kernels as ik
-from inkling_kernels import _backend, cli, harness, helion_original, plots
+from inkling_kernels import _backend
+from inkling_workbook import cli, harness, helion_original, plots
 from inkling_kernels.reference import silu_and_mul_ref
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -127,7 +128,7 @@ def test_check_command_writes_json_and_exit_code(tmp_path, monkeypatch, capsys):
 
 
 def test_companion_files_of_a_sweep(tmp_path):
-    from inkling_kernels import provenance
+    from inkling_workbook import provenance
 
     out = tmp_path / "bench_h200.csv"
     assert provenance.companion(out, "nvfp4") == tmp_path / "nvfp4_bench_h200.csv"
@@ -141,7 +142,7 @@ def test_companion_files_of_a_sweep(tmp_path):
 
 
 def test_write_record_replaces_whole_file(tmp_path):
-    from inkling_kernels import provenance
+    from inkling_workbook import provenance
 
     path = tmp_path / "sub" / "r.json"
     provenance.write_record(path, "old\n")
@@ -150,7 +151,7 @@ def test_write_record_replaces_whole_file(tmp_path):
 
 
 def test_quick_sweep_is_a_subset_of_the_full_sweep():
-    from inkling_kernels import bench
+    from inkling_workbook import bench
 
     key = lambda s: (s.M, s.N, s.interleaved, s.weighted)
     full = {key(s) for s in bench.shapes()}
@@ -221,7 +222,7 @@ def test_interpreted_runs_leave_triton_language_as_found(gen):
 
 
 def test_git_commit_prefers_the_environment(monkeypatch):
-    from inkling_kernels import provenance
+    from inkling_workbook import provenance
 
     monkeypatch.setenv("INKLING_GIT_COMMIT", "0123456789ab")
     assert provenance.git_commit() == "0123456789ab"

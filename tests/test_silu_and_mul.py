@@ -4,7 +4,8 @@ import pytest
 import torch
 from conftest import DEVICE, gpu_only, poisoned, randn
 
-from inkling_kernels import LaunchConfig, harness, launch_config, silu_and_mul
+from inkling_kernels import LaunchConfig, launch_config, silu_and_mul
+from inkling_workbook import harness
 from inkling_kernels.reference import bits_equal, join_gateup, silu_and_mul_ref, split_gateup, ulp_distance
 
 # ulp budget against the same-order torch reference (shared with the harness): tl.sigmoid and

@@ -56,13 +56,13 @@ if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
 fi
 $PY -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'the GPU job needs a CUDA GPU')" || exit 2
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
-$PY -m inkling_kernels info
-GPU=$($PY -c "from inkling_kernels import provenance; print(provenance.device_slug())")
+$PY -m inkling_workbook info
+GPU=$($PY -c "from inkling_workbook import provenance; print(provenance.device_slug())")
 START=$SECONDS
 
 if want bench; then
   echo "=== phase 1, alone on the GPU: benchmark ($(stamp))"
-  run bench $PY -m inkling_kernels bench --cold-l2
+  run bench $PY -m inkling_workbook bench --cold-l2
   show bench
 fi
 
@@ -82,8 +82,8 @@ echo "=== phase 2, sharing the GPU: tests + sanitizer | bitwise + notebooks 04-0
 ) &
 (
   if want bitwise; then
-    run bitwise $PY -m inkling_kernels check --no-progress
-    run nvfp4_bitwise $PY -m inkling_kernels check --nvfp4 --no-progress
+    run bitwise $PY -m inkling_workbook check --no-progress
+    run nvfp4_bitwise $PY -m inkling_workbook check --nvfp4 --no-progress
     run ptx env TRITON_CACHE_DIR="$WORK/ptx_cache" $PY tools/ptx_report.py "data/ptx_$GPU.json"
   fi
   want notebooks && run notebooks_04_05 notebooks notebooks/04_*.ipynb notebooks/05_*.ipynb

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import torch
 
-from inkling_kernels import provenance, silu_and_mul
-from inkling_kernels.helion_original import silu_and_mul_helion
+from inkling_kernels import silu_and_mul
+from inkling_workbook import provenance
+from inkling_workbook.helion_original import silu_and_mul_helion
 
 CASE = {"M": 384, "N": 1024, "interleaved": True, "weighted": True}
 

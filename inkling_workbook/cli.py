@@ -1,4 +1,4 @@
-"""``python -m inkling_kernels {check,bench,figures,info}``."""
+"""``python -m inkling_workbook {check,bench,figures,info}``."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def _figures(args) -> int:
     if plots.update_readme(provenance.REPO_ROOT / "README.md", Path(args.data)):
         print("updated the summary table in README.md")
     if not written:
-        print(f"no benchmark CSV in {args.data}: run `python -m inkling_kernels bench` on a GPU first")
+        print(f"no benchmark CSV in {args.data}: run `python -m inkling_workbook bench` on a GPU first")
         return 1
     return 0
 
@@ -82,7 +82,7 @@ def _info(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m inkling_kernels", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m inkling_workbook", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("check", help="bitwise harness: Triton port vs helion originals")
     p.add_argument("--quick", action="store_true", help="a small GPU matrix")

@@ -29,8 +29,8 @@ import importlib.util
 
 import torch
 
-from . import _backend
-from .silu_and_mul import _check_args
+from inkling_kernels import _backend
+from inkling_kernels.silu_and_mul import _check_args
 
 INSTALL_HINT = (
     "the helion originals need helion 1.4.0: pip install 'inkling-kernels[helion]' (or pip install helion==1.4.0)"

@@ -12,7 +12,30 @@ from pathlib import Path
 import torch
 import triton
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+
+def _is_checkout(path: Path) -> bool:
+    pyproject = path / "pyproject.toml"
+    return pyproject.is_file() and 'name = "inkling-kernels"' in pyproject.read_text()
+
+
+def find_checkout(start: str | Path | None = None) -> Path:
+    """The working checkout records are read from and written to: ``$INKLING_REPO`` where set,
+    else the first folder from ``start`` (default: the working directory) upwards that holds this
+    project's ``pyproject.toml``, else the folder above this package when it runs from a checkout
+    (an editable install), else the working directory. Never the installed package's folder."""
+    import os
+
+    if os.environ.get("INKLING_REPO"):
+        return Path(os.environ["INKLING_REPO"]).resolve()
+    here = Path(start or Path.cwd()).resolve()
+    for path in (here, *here.parents):
+        if _is_checkout(path):
+            return path
+    source = Path(__file__).resolve().parent.parent
+    return source if _is_checkout(source) else here
+
+
+REPO_ROOT = find_checkout()
 
 
 def _run(cmd: list[str]) -> str | None:
@@ -65,7 +88,9 @@ def git_commit() -> str | None:
 
 def collect(command: str | list[str] | None = None) -> dict:
     """Everything a reader needs to know where a result file came from."""
-    from . import _backend, helion_original
+    from inkling_kernels import _backend
+
+    from . import helion_original
 
     if command is None:
         command = [Path(sys.argv[0]).name, *sys.argv[1:]]

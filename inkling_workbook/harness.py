@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 
 from . import helion_original, provenance
-from .reference import bits_equal, join_gateup, silu_and_mul_ref, ulp_distance
-from .silu_and_mul import silu_and_mul
+from inkling_kernels.reference import bits_equal, join_gateup, silu_and_mul_ref, ulp_distance
+from inkling_kernels.silu_and_mul import silu_and_mul
 
 DECODE_M = (1, 2, 4, 6, 8, 16)
 PREFILL_M = (96, 384, 1536, 4096, 49152)
@@ -205,8 +205,8 @@ def nvfp4_case_matrix(kind: str = "gpu") -> list[dict]:
 
 
 def run_nvfp4_case(case: dict, device: torch.device, seed: int = 0) -> dict:
-    from .nvfp4 import nvfp4_quant, silu_and_mul_nvfp4_quant
-    from .reference import nvfp4_quant_experts_ref, padded_blockscale_offsets
+    from inkling_kernels.nvfp4 import nvfp4_quant, silu_and_mul_nvfp4_quant
+    from inkling_kernels.reference import nvfp4_quant_experts_ref, padded_blockscale_offsets
 
     gen = torch.Generator().manual_seed(seed + case["N"] + 31 * len(case["counts"]))
     counts = torch.tensor(case["counts"])
