@@ -30,10 +30,11 @@ import torch
 import triton
 import triton.language as tl
 
-from . import helion_original, provenance
 from inkling_kernels.nvfp4 import nvfp4_quant, silu_and_mul_nvfp4_quant
 from inkling_kernels.reference import nvfp4_quant_ref, padded_blockscale_offsets, silu_and_mul_ref
 from inkling_kernels.silu_and_mul import LaunchConfig, silu_and_mul
+
+from . import helion_original, provenance
 
 L2_BYTES = 60 * 2**20
 COLD_FACTOR = 3

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import torch
 
-from . import helion_original, provenance
 from inkling_kernels.reference import bits_equal, join_gateup, silu_and_mul_ref, ulp_distance
 from inkling_kernels.silu_and_mul import silu_and_mul
+
+from . import helion_original, provenance
 
 DECODE_M = (1, 2, 4, 6, 8, 16)
 PREFILL_M = (96, 384, 1536, 4096, 49152)

@@ -9,8 +9,8 @@ from conftest import DEVICE, HAS_CUDA
 
 import inkling_kernels as ik
 from inkling_kernels import _backend
-from inkling_workbook import cli, harness, helion_original, plots
 from inkling_kernels.reference import silu_and_mul_ref
+from inkling_workbook import cli, harness, helion_original, plots
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 

@@ -5,8 +5,8 @@ import torch
 from conftest import DEVICE, HAS_CUDA, randn
 
 from inkling_kernels import silu_and_mul
-from inkling_workbook import helion_original
 from inkling_kernels.reference import bits_equal
+from inkling_workbook import helion_original
 
 pytestmark = pytest.mark.skipif(not helion_original.available(), reason=helion_original.INSTALL_HINT)
 
