@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
+from pathlib import Path
 
 import torch
 
@@ -53,9 +55,62 @@ def helion_version() -> str | None:
         return "unknown (no package metadata)"
 
 
+#: The two configurations the originals run with. ``"fixed"``: one row by 256 columns, 4 warps,
+#: the tile this workbook used before the production table was recovered. ``"sm90_table"``: the
+#: config the original AOT wrapper picked on sm_90 for the gateup width 2N
+#: (``helion_sm90_table.json``; interleaved table, applied to both layouts).
+CONFIGS = ("fixed", "sm90_table")
+_TABLE_PATH = Path(__file__).with_name("helion_sm90_table.json")
+
+
 @functools.cache
-def helion_kernel(interleaved: bool, m_is_one: bool = False, n_is_one: bool = False):
-    """The helion kernel object for one layout and size-1 pattern (one compiled-code cache each)."""
+def sm90_table() -> dict:
+    return json.loads(_TABLE_PATH.read_text())
+
+
+def sm90_config_index(two_n: int, weighted: bool) -> int | None:
+    """Index into the table's configs for a gateup width ``2N``, or None where the table has no key."""
+    entry = sm90_table()["key_2n"].get(str(two_n))
+    if isinstance(entry, dict):
+        entry = entry["weights" if weighted else "no_weights"]
+    return entry
+
+
+def config_label(config: str, two_n: int | None = None, weighted: bool = False) -> str:
+    """How tables and legends name a configuration, e.g. ``helion sm90 table cfg 3``."""
+    if config == "fixed":
+        return "helion fixed 1x256/4w"
+    idx = None if two_n is None else sm90_config_index(two_n, weighted)
+    return "helion sm90 table" + ("" if idx is None else f" cfg {idx}")
+
+
+def _helion_config(config: str, two_n: int, weighted: bool):
+    from . import _helion_kernels
+
+    if config == "fixed":
+        return _helion_kernels.CONFIG
+    if config != "sm90_table":
+        raise ValueError(f"config must be one of {CONFIGS}, got {config!r}")
+    idx = sm90_config_index(two_n, weighted)
+    if idx is None:
+        raise ValueError(f"the sm_90 table has no config for 2N = {two_n} (keys: {sorted(sm90_table()['key_2n'], key=int)})")
+    import helion
+
+    table = sm90_table()
+    return helion.Config(**table["configs"][idx], **table["common"])
+
+
+@functools.cache
+def helion_kernel(
+    interleaved: bool,
+    m_is_one: bool = False,
+    n_is_one: bool = False,
+    config: str = "fixed",
+    two_n: int = 0,
+    weighted: bool = False,
+):
+    """The helion kernel object for one layout, size-1 pattern and config (one compiled-code
+    cache each). ``two_n`` and ``weighted`` select the table entry when ``config="sm90_table"``."""
     if not available():
         raise ImportError(INSTALL_HINT)
     from . import _helion_kernels
@@ -65,7 +120,7 @@ def helion_kernel(interleaved: bool, m_is_one: bool = False, n_is_one: bool = Fa
         if interleaved
         else _helion_kernels.silu_and_mul_helion_non_interleaved
     )
-    return _helion_kernels.make(fn)
+    return _helion_kernels.make(fn, _helion_config(config, two_n, weighted))
 
 
 _backend_in_use: list[str] = []
@@ -91,17 +146,20 @@ def silu_and_mul_helion(
     *,
     interleaved: bool = True,
     out: torch.Tensor | None = None,
+    config: str = "fixed",
 ) -> torch.Tensor:
     """The helion original, with the signature and checks of :func:`inkling_kernels.silu_and_mul`.
 
-    ``gateup`` rows must be contiguous (the original kernels take a ``view``). In one process
-    the originals run on one backend only, compiled (CUDA) or interpreted (CPU); see
-    :func:`_claim_backend`.
+    ``config``: ``"fixed"`` (1x256 tile, 4 warps) or ``"sm90_table"`` (what production ran on
+    sm_90, see :data:`CONFIGS`). ``gateup`` rows must be contiguous (the original kernels take a
+    ``view``). In one process the originals run on one backend only, compiled (CUDA) or
+    interpreted (CPU); see :func:`_claim_backend`.
     """
     M, N = _check_args(gateup, topk_weights, out_dtype, out, interleaved)
     if not gateup.is_contiguous():
         raise ValueError("gateup must be contiguous for the helion originals")
-    kernel = helion_kernel(interleaved, M == 1, N == 1)
+    key = (2 * N, topk_weights is not None) if config == "sm90_table" else (0, False)
+    kernel = helion_kernel(interleaved, M == 1, N == 1, config, *key)
     if out is None:
         out = torch.empty((M, N), dtype=out_dtype or gateup.dtype, device=gateup.device)
     if M == 0:
