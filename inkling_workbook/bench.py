@@ -2,13 +2,27 @@
 
 Method (per implementation and shape):
 
-1. Warm up eagerly (compiles Triton, helion and torch.compile code) on a side stream.
-2. Capture ``reps`` back-to-back calls in one CUDA graph. Warm L2: every call reads the same
-   buffers. Cold L2: calls rotate over enough input/output buffer sets to move more than
-   three times the L2 (60 MB on an H200) between two uses of a set.
-3. Replay the graph ``rounds`` times, each timed with CUDA events; per-call time = replay time /
-   reps. Report the median (and min, max) over rounds.
-4. Effective bandwidth = bytes the op must move (reads + writes, counted, not measured) / time.
+1. Clocks: before the first timing the GPU runs about a second of bf16 matrix products, so the
+   sweep starts at the clocks a busy GPU runs at; ``nvidia-smi`` clocks are recorded before and
+   after the warm-up and after the sweep.
+2. Warm up eagerly (compiles Triton, helion and torch.compile code) on a side stream.
+3. Size the graph from a short in-graph measurement (a graph of 100 calls, replayed three
+   times), never from eager timing: host launch time would dominate an eager estimate at decode
+   sizes. The timed graph holds a fixed count of back-to-back calls: at least 100, and enough
+   for a replay of at least 1 ms (a multiple of the buffer sets in rotation).
+4. Warm L2: every call reads the same buffers. Cold L2: calls rotate over enough input buffer
+   sets to move at least three times the L2 (read from the device) between two uses of a set,
+   and each call's output stays alive for one rotation, so outputs rotate as well.
+5. Replay the graph ``rounds`` (10) times, each timed with CUDA events; per-call time = replay
+   time / calls. Decode shapes (M <= 16) are timed in three passes interleaved across the
+   implementations (pass 1: every implementation, then pass 2, ...); each pass replays every
+   implementation's graph ``rounds`` times.
+6. Report the median over all replays and the spread: ``lo_us``/``hi_us`` are the lowest and
+   highest per-pass median where there are several passes, else the lowest and highest replay.
+   Two timings whose [lo, hi] ranges overlap are a tie.
+7. Every implementation allocates its output (inside a captured graph an allocation costs
+   nothing at replay), so all follow the same output policy.
+8. Effective bandwidth = bytes the op must move (reads + writes, counted, not measured) / time.
 
 Ceilings in the same run: the best of a sweep of plain Triton streaming kernels with this op's
 access pattern (read two streams, write one of half their size), torch's ``copy_``, and an empty
@@ -17,13 +31,15 @@ Triton kernel under graph replay (the launch floor).
 
 from __future__ import annotations
 
+import collections
 import csv
 import io
 import json
 import math
 import statistics
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -32,12 +48,18 @@ import triton.language as tl
 
 from inkling_kernels.nvfp4 import nvfp4_quant, silu_and_mul_nvfp4_quant
 from inkling_kernels.reference import nvfp4_quant_ref, padded_blockscale_offsets, silu_and_mul_ref
-from inkling_kernels.silu_and_mul import LaunchConfig, silu_and_mul
+from inkling_kernels.silu_and_mul import LaunchConfig, launch_config, silu_and_mul
 
 from . import helion_original, provenance
 
-L2_BYTES = 60 * 2**20
-COLD_FACTOR = 3
+MIN_CALLS = 100  # calls in one timed graph, at least
+MIN_REPLAY_US = 1000.0  # and enough of them for a replay of at least this long
+MAX_CALLS = 20000
+ROUNDS = 10  # timed replays per pass
+DECODE_PASSES = 3
+DECODE_MAX_M = 16
+COLD_FACTOR = 3  # cold L2: rotate over at least this many L2s of data
+MAX_COLD_SETS = 4096
 
 
 def require_gpu() -> None:
@@ -48,56 +70,155 @@ def require_gpu() -> None:
         )
 
 
+def l2_bytes() -> int:
+    """The L2 size the device reports (50 MB exposed on the H200), not a constant."""
+    return int(torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size)
+
+
 @dataclass
 class Timing:
+    """Per-call microseconds of one implementation on one shape."""
+
     median_us: float
-    min_us: float
+    lo_us: float  # spread: lowest per-pass median (several passes) or lowest replay
+    hi_us: float
+    min_us: float  # over every replay
     max_us: float
-    reps: int
-    rounds: int
+    reps: int  # calls in one graph replay
+    rounds: int  # timed replays per pass
+    passes: int
+    samples: list[float] = field(default_factory=list, repr=False)
+
+    @classmethod
+    def from_passes(cls, passes: list[list[float]], reps: int) -> Timing:
+        flat = [t for p in passes for t in p]
+        if len(passes) > 1:
+            medians = [statistics.median(p) for p in passes]
+            lo, hi = min(medians), max(medians)
+        else:
+            lo, hi = min(flat), max(flat)
+        return cls(statistics.median(flat), lo, hi, min(flat), max(flat), reps, len(passes[0]), len(passes), flat)
 
 
-def graph_time(calls: list[Callable[[], object]], target_us: float = 2000.0, rounds: int = 15) -> Timing:
-    """Time ``calls`` (one call per buffer set, used in rotation) by CUDA-graph replay."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            for c in calls:
-                c()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    # estimate one call to size the graph (eager, so an upper bound)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for c in calls:
-        c()
-    end.record()
-    torch.cuda.synchronize()
-    est = max(start.elapsed_time(end) * 1000 / len(calls), 0.5)
-    reps = int(min(max(target_us / est, len(calls), 10), 2000))
-    reps = max(len(calls), reps // len(calls) * len(calls))
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for i in range(reps):
-            calls[i % len(calls)]()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rounds):
-        start.record()
-        graph.replay()
-        end.record()
+def ties(a_lo: float, a_hi: float, b_lo: float, b_hi: float) -> bool:
+    """Two measured ranges that overlap: the difference is inside the spread."""
+    return a_lo <= b_hi and b_lo <= a_hi
+
+
+class GraphTimer:
+    """``calls`` (one call per buffer set, used in rotation) captured ``reps`` times back to back
+    in one CUDA graph; :meth:`replay` times the graph. ``reps=None`` sizes the graph from a short
+    in-graph measurement (see the module docstring); an explicit ``reps`` fixes it."""
+
+    def __init__(
+        self,
+        calls: list[Callable[[], object]],
+        reps: int | None = None,
+        min_calls: int = MIN_CALLS,
+        min_replay_us: float = MIN_REPLAY_US,
+    ):
+        self.calls = calls
+        self.stream = torch.cuda.Stream()
+        self.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.stream):
+            for _ in range(2):
+                for c in calls:
+                    c()
+        torch.cuda.current_stream().wait_stream(self.stream)
         torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / reps)
-    del graph
-    return Timing(statistics.median(times), min(times), max(times), reps, rounds)
+        n = len(calls)
+        if reps is None:
+            probe = self._round(max(min_calls, n))
+            self._capture(probe)
+            per_call = statistics.median(self.replay(3))
+            reps = self._round(max(min_calls, math.ceil(min_replay_us / max(per_call, 1e-3))))
+            reps = min(reps, max(self._round(MAX_CALLS), probe))
+            if reps != probe:
+                self._capture(reps)
+        else:
+            self._capture(self._round(reps))
+        self.reps = self.graph_calls
+
+    def _round(self, count: int) -> int:
+        n = len(self.calls)
+        return max(n, math.ceil(count / n) * n)
+
+    def _capture(self, count: int) -> None:
+        self.graph = None
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        keep = collections.deque(maxlen=len(self.calls))  # each output lives for one rotation
+        with torch.cuda.graph(graph, stream=self.stream):
+            for i in range(count):
+                keep.append(self.calls[i % len(self.calls)]())
+        keep.clear()
+        graph.replay()  # the first replay uploads the graph: untimed
+        torch.cuda.synchronize()
+        self.graph, self.graph_calls = graph, count
+
+    def replay(self, rounds: int) -> list[float]:
+        """Per-call microseconds of ``rounds`` timed replays."""
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        out = []
+        for _ in range(rounds):
+            start.record()
+            self.graph.replay()
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end) * 1000 / self.graph_calls)
+        return out
+
+    def close(self) -> None:
+        self.graph = None
+
+
+def graph_time(calls: list[Callable[[], object]], rounds: int = ROUNDS, reps: int | None = None) -> Timing:
+    """Time ``calls`` by graph replay (one pass; see :class:`GraphTimer`)."""
+    timer = GraphTimer(calls, reps=reps)
+    try:
+        return Timing.from_passes([timer.replay(rounds)], timer.reps)
+    finally:
+        timer.close()
+
+
+def time_interleaved(timers: dict[str, GraphTimer], passes: int, rounds: int = ROUNDS) -> dict[str, Timing]:
+    """Replay every timer ``rounds`` times per pass, the implementations interleaved within each
+    pass (and their order rotated from pass to pass), so a drift in clocks or a neighbour's load
+    lands on all of them alike."""
+    names = list(timers)
+    samples: dict[str, list[list[float]]] = {k: [] for k in names}
+    for p in range(passes):
+        order = names[p % len(names) :] + names[: p % len(names)]
+        for name in order:
+            samples[name].append(timers[name].replay(rounds))
+    return {k: Timing.from_passes(v, timers[k].reps) for k, v in samples.items()}
 
 
 def n_buffer_sets(bytes_per_call: int, cold: bool) -> int:
+    """1 for warm L2; for cold L2 enough sets to move ``COLD_FACTOR`` L2s between two uses of
+    one set (at least 2, so no call follows its own buffers)."""
     if not cold:
         return 1
-    return int(min(64, max(2, math.ceil(COLD_FACTOR * L2_BYTES / max(bytes_per_call, 1)))))
+    return int(max(2, math.ceil(COLD_FACTOR * l2_bytes() / max(bytes_per_call, 1))))
+
+
+def cold_feasible(bytes_per_call: int) -> bool:
+    """Cold L2 is measured where the rotation needs at most ``MAX_COLD_SETS`` buffer sets."""
+    return n_buffer_sets(bytes_per_call, True) <= MAX_COLD_SETS
+
+
+def warm_clocks(seconds: float = 1.0) -> dict:
+    """Run bf16 matrix products for about ``seconds`` so the GPU leaves its idle clocks; returns
+    the ``nvidia-smi`` state before and after."""
+    before = provenance.gpu_state()
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(20):
+            a @ b
+        torch.cuda.synchronize()
+    return {"before": before, "after": provenance.gpu_state(), "seconds": round(time.perf_counter() - t0, 2)}
 
 
 # ---- ceilings --------------------------------------------------------------------------------
@@ -122,35 +243,42 @@ def _empty_kernel(x_ptr):
 
 
 def stream_ceiling(numel_out: int, dtype=torch.bfloat16) -> dict:
-    """Best TB/s of plain Triton kernels that read two ``numel_out`` streams and write one."""
-    a = torch.randn(numel_out, device="cuda").to(dtype)
-    b = torch.randn(numel_out, device="cuda").to(dtype)
-    out = torch.empty_like(a)
-    nbytes = 3 * numel_out * a.element_size()
+    """Best TB/s of plain Triton kernels that read two ``numel_out`` streams and write one, with
+    the cold-L2 rotation of the sweep (two buffer sets at these sizes)."""
+    nbytes = 3 * numel_out * torch.finfo(dtype).bits // 8
+    sets = [
+        (torch.randn(numel_out, device="cuda").to(dtype), torch.randn(numel_out, device="cuda").to(dtype))
+        for _ in range(n_buffer_sets(nbytes, True))
+    ]
+    out = torch.empty(numel_out, device="cuda", dtype=dtype)
     best = None
     for block in (1024, 2048, 4096, 8192):
         for warps in (4, 8):
             for evict in (False, True):
                 grid = (triton.cdiv(numel_out, block),)
-
-                def call(block=block, warps=warps, evict=evict, grid=grid):
-                    _stream_kernel[grid](a, b, out, numel_out, BLOCK=block, EVICT=evict, num_warps=warps)
-
-                t = graph_time([call], rounds=10)
+                calls = [
+                    lambda a=a, b=b, block=block, warps=warps, evict=evict, grid=grid: _stream_kernel[grid](
+                        a, b, out, numel_out, BLOCK=block, EVICT=evict, num_warps=warps
+                    )
+                    for a, b in sets
+                ]
+                t = graph_time(calls)
                 tbps = nbytes / t.median_us / 1e6
                 if best is None or tbps > best["tbps"]:
                     best = {"tbps": tbps, "block": block, "warps": warps, "evict_first": evict, "us": t.median_us}
+                    best.update(lo_us=t.lo_us, hi_us=t.hi_us, reps=t.reps)
     src = torch.empty(numel_out * 2, device="cuda", dtype=dtype)
     dst = torch.empty_like(src)
-    t_copy = graph_time([lambda: dst.copy_(src)], rounds=10)
+    t_copy = graph_time([lambda: dst.copy_(src)])
     best["torch_copy_tbps"] = 2 * src.numel() * src.element_size() / t_copy.median_us / 1e6
     best["bytes"] = nbytes
     return best
 
 
-def empty_kernel_us() -> float:
+def empty_kernel_us() -> dict:
     x = torch.empty(1, device="cuda")
-    return graph_time([lambda: _empty_kernel[(1,)](x)], rounds=10).median_us
+    t = graph_time([lambda: _empty_kernel[(1,)](x)])
+    return {"median_us": round(t.median_us, 4), "lo_us": round(t.lo_us, 4), "hi_us": round(t.hi_us, 4), "reps": t.reps}
 
 
 # ---- the silu_and_mul sweep ------------------------------------------------------------------
@@ -180,14 +308,14 @@ SOURCE_TABLE = [
     Shape(49152, 3072, False, False, "source"),
 ]
 SWEEP_N = (768, 1024, 1536, 2048, 3072)
-DECODE_M = (1, 2, 4, 8, 16)
-PREFILL_M = (1536, 4096, 6144, 16384)
+DECODE_M = (1, 4, 8, 16)
+PREFILL_M = (1536, 4096, 16384, 49152)
 
 
 def shapes(quick: bool = False) -> list[Shape]:
     out = list(SOURCE_TABLE)
     # quick: a subset of the full sweep (notebook 06 compares the two timing by timing)
-    decode_m, prefill_m, ns = ((1, 8, 16), (4096,), (768, 3072)) if quick else (DECODE_M, PREFILL_M, SWEEP_N)
+    decode_m, prefill_m, ns = ((1, 16), (4096,), (768, 3072)) if quick else (DECODE_M, PREFILL_M, SWEEP_N)
     for il in (True, False):
         out += [Shape(m, n, il, False, "decode") for m in decode_m for n in ns]
         out += [Shape(m, n, il, False, "prefill") for m in prefill_m for n in ns]
@@ -204,39 +332,97 @@ def silu_bytes(M: int, N: int, weighted: bool, elt: int = 2) -> int:
     return M * (2 * N * elt + N * elt) + (M * 4 if weighted else 0)
 
 
+# torch.compile baselines. Two distinct functions (dynamo keeps its compiled code per code
+# object): one compiled static, one with only M dynamic, as a server with a fixed model width
+# compiles it. Configured by :func:`_configure_dynamo`.
+def _ref_for_static_compile(x, w, interleaved: bool):
+    return silu_and_mul_ref(x, w, interleaved=interleaved)
+
+
+def _ref_for_dynamic_m_compile(x, w, interleaved: bool):
+    return silu_and_mul_ref(x, w, interleaved=interleaved)
+
+
 _compiled: dict = {}
 
 
-def _compiled_ref(interleaved: bool, weighted: bool):
-    """One torch.compile'd function per variant (layout x weights), so no variant's guards evict
-    another's code. Default dynamic-shape policy: the first shape compiles static, the second
-    recompiles with the changed dimensions symbolic, then no more compiles (as a server with
-    varying batch sizes would run it)."""
-    key = (interleaved, weighted)
-    if key not in _compiled:
-        if weighted:
+def _configure_dynamo() -> None:
+    """The benchmark compiles one static graph per shape (about 90): raise dynamo's recompile
+    limits so it never falls back to eager, and turn off automatic dynamic shapes so only the
+    dimension marked dynamic is symbolic."""
+    import torch._dynamo
 
-            def fn(x, w):
-                return silu_and_mul_ref(x, w, interleaved=interleaved)
+    torch._dynamo.config.cache_size_limit = 1024
+    torch._dynamo.config.accumulated_cache_size_limit = 8192
+    torch._dynamo.config.automatic_dynamic_shapes = False
+
+
+def compiled_ref(kind: str):
+    """``"static"``: ``torch.compile(dynamic=False)``; ``"dynamic_m"``: M marked dynamic."""
+    if kind not in _compiled:
+        _configure_dynamo()
+        if kind == "static":
+            _compiled[kind] = torch.compile(_ref_for_static_compile, dynamic=False)
+        elif kind == "dynamic_m":
+            _compiled[kind] = torch.compile(_ref_for_dynamic_m_compile)
         else:
-
-            def fn(x, w):
-                return silu_and_mul_ref(x, None, interleaved=interleaved)
-
-        _compiled[key] = torch.compile(fn)
-    return _compiled[key]
+            raise ValueError(f"kind must be 'static' or 'dynamic_m', got {kind!r}")
+    return _compiled[kind]
 
 
-def implementations(shape: Shape) -> dict[str, Callable]:
+#: The implementations timed on every shape, in table order, and how each is configured.
+IMPLS = {
+    "triton": "the Triton port, launch_config heuristic, PDL off",
+    "triton_pdl": "the Triton port, launch_config heuristic, PDL on (wait before the first load)",
+    "helion_sm90": "helion 1.4.0 original, the production sm_90 table (interleaved table; non-interleaved uses it too)",
+    "helion_fixed": "helion 1.4.0 original, the fixed 1x256 tile with 4 warps this workbook used before",
+    "compile_static": "torch.compile(dynamic=False) of silu_and_mul_ref (one graph per shape)",
+    "compile_dynamic_m": "torch.compile of silu_and_mul_ref with M marked dynamic (one graph per N, layout, weights)",
+    "torch_eager": "torch eager silu_and_mul_ref (fp32 math, several kernels)",
+}
+BASELINES = ("helion_sm90", "helion_fixed", "compile_static", "compile_dynamic_m", "torch_eager")
+
+
+def _supports_pdl() -> bool:
+    import inspect
+
+    return "enable_pdl" in inspect.signature(silu_and_mul).parameters
+
+
+def implementations(shape: Shape) -> dict[str, tuple[Callable, str]]:
+    """name -> (fn(x, w) -> out, the configuration in words for this shape)."""
     il = shape.interleaved
-    impls = {
-        "triton": lambda x, w, out: silu_and_mul(x, w, interleaved=il, out=out),
-        "torch_eager": lambda x, w, out: silu_and_mul_ref(x, w, interleaved=il),
-    }
-    compiled = _compiled_ref(il, shape.weighted)
-    impls["torch_compile"] = lambda x, w, out: compiled(x, w)
+    cfg = launch_config(shape.M, shape.N)
+    tile = f"{cfg.BLOCK_M}x{cfg.BLOCK_N}/{cfg.num_warps}w"
+    impls: dict[str, tuple[Callable, str]] = {}
+    if _supports_pdl():
+        impls["triton"] = (lambda x, w: silu_and_mul(x, w, interleaved=il, enable_pdl=False), f"port {tile}, PDL off")
+        impls["triton_pdl"] = (lambda x, w: silu_and_mul(x, w, interleaved=il, enable_pdl=True), f"port {tile}, PDL on")
+    else:
+        impls["triton"] = (lambda x, w: silu_and_mul(x, w, interleaved=il), f"port {tile}")
     if helion_original.available():
-        impls["helion"] = lambda x, w, out: helion_original.silu_and_mul_helion(x, w, interleaved=il, out=out)
+        two_n = 2 * shape.N
+        if helion_original.sm90_config_index(two_n, shape.weighted) is not None:
+            impls["helion_sm90"] = (
+                lambda x, w: helion_original.silu_and_mul_helion(x, w, interleaved=il, config="sm90_table"),
+                helion_original.config_label("sm90_table", two_n, shape.weighted)
+                + ("" if il else " (interleaved table)"),
+            )
+        impls["helion_fixed"] = (
+            lambda x, w: helion_original.silu_and_mul_helion(x, w, interleaved=il, config="fixed"),
+            helion_original.config_label("fixed"),
+        )
+    static, dynamic = compiled_ref("static"), compiled_ref("dynamic_m")
+    impls["compile_static"] = (lambda x, w: static(x, w, il), "torch.compile dynamic=False")
+
+    def dyn(x, w):
+        torch._dynamo.mark_dynamic(x, 0)
+        if w is not None:
+            torch._dynamo.mark_dynamic(w, 0)
+        return dynamic(x, w, il)
+
+    impls["compile_dynamic_m"] = (dyn, "torch.compile, M dynamic")
+    impls["torch_eager"] = (lambda x, w: silu_and_mul_ref(x, w, interleaved=il), "eager, fp32 math")
     return impls
 
 
@@ -245,50 +431,84 @@ def _buffers(shape: Shape, sets: int):
     for _ in range(sets):
         x = torch.randn((shape.M, 2 * shape.N), device="cuda", dtype=torch.bfloat16)
         w = torch.rand(shape.M, device="cuda") if shape.weighted else None
-        out = torch.empty((shape.M, shape.N), device="cuda", dtype=torch.bfloat16)
-        bufs.append((x, w, out))
+        bufs.append((x, w))
     return bufs
+
+
+def _row(shape: Shape, name: str, config: str, mode: str, t: Timing, nbytes: int, ceiling_tbps: float) -> dict:
+    return {
+        "op": "silu_and_mul",
+        "group": shape.group,
+        "M": shape.M,
+        "N": shape.N,
+        "layout": "il" if shape.interleaved else "nil",
+        "weighted": shape.weighted,
+        "impl": name,
+        "config": config,
+        "l2": mode,
+        "median_us": round(t.median_us, 4),
+        "lo_us": round(t.lo_us, 4),
+        "hi_us": round(t.hi_us, 4),
+        "min_us": round(t.min_us, 4),
+        "max_us": round(t.max_us, 4),
+        "reps": t.reps,
+        "rounds": t.rounds,
+        "passes": t.passes,
+        "bytes": nbytes,
+        "fits_l2": nbytes <= l2_bytes(),
+        "tbps": round(nbytes / t.median_us / 1e6, 4),
+        "floor_us": round(nbytes / (ceiling_tbps * 1e6), 4),
+    }
 
 
 def bench_silu(
     shape_list: list[Shape], cold: bool, ceiling_tbps: float, progress: bool = True, impl_filter=None
 ) -> list[dict]:
+    """Warm L2 on every shape; cold L2 (``cold``) where :func:`cold_feasible`. Decode shapes get
+    :data:`DECODE_PASSES` interleaved passes, the others one."""
     from tqdm.auto import tqdm
 
     rows = []
-    modes = ["warm", "cold"] if cold else ["warm"]
     it = tqdm(shape_list, desc="silu_and_mul shapes", unit="shape", disable=not progress)
     for shape in it:
         it.set_postfix_str(shape.label)
         nbytes = silu_bytes(shape.M, shape.N, shape.weighted)
+        modes = ["warm"] + (["cold"] if cold and cold_feasible(nbytes) else [])
+        passes = DECODE_PASSES if shape.M <= DECODE_MAX_M else 1
+        impls = {k: v for k, v in implementations(shape).items() if not impl_filter or k in impl_filter}
         for mode in modes:
             bufs = _buffers(shape, n_buffer_sets(nbytes, mode == "cold"))
-            for name, fn in implementations(shape).items():
-                if impl_filter and name not in impl_filter:
-                    continue
-                calls = [lambda fn=fn, b=b: fn(*b) for b in bufs]
-                t = graph_time(calls)
-                rows.append(
-                    {
-                        "op": "silu_and_mul",
-                        "group": shape.group,
-                        "M": shape.M,
-                        "N": shape.N,
-                        "layout": "il" if shape.interleaved else "nil",
-                        "weighted": shape.weighted,
-                        "impl": name,
-                        "l2": mode,
-                        "median_us": round(t.median_us, 4),
-                        "min_us": round(t.min_us, 4),
-                        "max_us": round(t.max_us, 4),
-                        "reps": t.reps,
-                        "bytes": nbytes,
-                        "tbps": round(nbytes / t.median_us / 1e6, 4),
-                        "floor_us": round(nbytes / (ceiling_tbps * 1e6), 4),
-                    }
-                )
-            del bufs
+            timers = {}
+            for name, (fn, _) in impls.items():
+                timers[name] = GraphTimer([lambda fn=fn, b=b: fn(*b) for b in bufs])
+            timings = time_interleaved(timers, passes)
+            for name, t in timings.items():
+                rows.append(_row(shape, name, impls[name][1], mode, t, nbytes, ceiling_tbps))
+            for timer in timers.values():
+                timer.close()
+            del timers, bufs
     return rows
+
+
+def method_check(shape: Shape = Shape(1, 1024, True, False, "check"), factor: int = 4) -> dict:
+    """The port on one decode shape timed with the graph size the method chooses and with
+    ``factor`` times as many calls, each in three interleaved passes: the two medians must agree
+    within 3% (a fixed per-replay cost would make the smaller graph slower)."""
+    x, w = _buffers(shape, 1)[0]
+    call = [lambda: silu_and_mul(x, w, interleaved=shape.interleaved)]
+    chosen = GraphTimer(call)
+    bigger = GraphTimer(call, reps=factor * chosen.reps)
+    t = time_interleaved({"chosen": chosen, "bigger": bigger}, DECODE_PASSES)
+    ratio = t["chosen"].median_us / t["bigger"].median_us
+    return {
+        "shape": shape.label,
+        "chosen_reps": chosen.reps,
+        "chosen_us": round(t["chosen"].median_us, 4),
+        "bigger_reps": bigger.reps,
+        "bigger_us": round(t["bigger"].median_us, 4),
+        "ratio": round(ratio, 4),
+        "within_3pct": abs(ratio - 1) <= 0.03,
+    }
 
 
 # ---- tile sweep (tuning evidence) -------------------------------------------------------------
@@ -334,10 +554,10 @@ def tile_sweep(progress: bool = True) -> list[dict]:
 
     rows = []
     for shape in tqdm(TUNE_SHAPES, desc="tile sweep", disable=not progress):
-        (x, w, out) = _buffers(shape, 1)[0]
+        (x, w) = _buffers(shape, 1)[0]
         nbytes = silu_bytes(shape.M, shape.N, shape.weighted)
         for cfg in [None, *_tune_configs(shape)]:
-            t = graph_time([lambda cfg=cfg: silu_and_mul(x, w, interleaved=shape.interleaved, out=out, config=cfg)])
+            t = graph_time([lambda cfg=cfg: silu_and_mul(x, w, interleaved=shape.interleaved, config=cfg)])
             rows.append(
                 {
                     "op": "silu_and_mul",
@@ -349,61 +569,12 @@ def tile_sweep(progress: bool = True) -> list[dict]:
                     if cfg is None
                     else f"{cfg.BLOCK_M}x{cfg.BLOCK_N}/w{cfg.num_warps}/{cfg.stream_policy or 'nohint'}",
                     "median_us": round(t.median_us, 4),
+                    "lo_us": round(t.lo_us, 4),
+                    "hi_us": round(t.hi_us, 4),
+                    "reps": t.reps,
                     "tbps": round(nbytes / t.median_us / 1e6, 4),
                 }
             )
-    return rows
-
-
-NVFP4_TUNE = [(49152, 3072), (8192, 1536)]
-NVFP4_TUNE_CONFIGS = [
-    (bm, bk, w) for bm in (2, 4, 8, 16, 32) for bk in (256, 512, 1024) for w in (4, 8) if 2048 <= bm * bk <= 8192
-]
-
-
-def nvfp4_tile_sweep(progress: bool = True) -> list[dict]:
-    """The fused kernel (gate || up) and the plain quant kernel under each tile."""
-    from tqdm.auto import tqdm
-
-    rows = []
-    for M, N in NVFP4_TUNE:
-        eo = torch.tensor([0, M], dtype=torch.int32, device="cuda")
-        bo = padded_blockscale_offsets(eo.cpu()).cuda()
-        gateup = torch.randn((M, 2 * N), device="cuda", dtype=torch.bfloat16)
-        act = silu_and_mul(gateup, interleaved=False)
-        gs = torch.full((1,), 448 * 6 / float(act.float().abs().max()), device="cuda")
-        out = (
-            torch.empty((M, N // 2), dtype=torch.uint8, device="cuda"),
-            torch.empty((int(bo[-1]), (N // 16 + 3) // 4 * 4), dtype=torch.uint8, device="cuda"),
-        )
-        for cfg in tqdm([None, *NVFP4_TUNE_CONFIGS], desc=f"nvfp4 tiles {M}x{N}", disable=not progress):
-            for kind in ("fused", "quant"):
-                if kind == "fused":
-                    fn = lambda cfg=cfg: silu_and_mul_nvfp4_quant(
-                        gateup, gs, eo, bo, out=out, validate=False, config=cfg
-                    )
-                else:
-                    fn = lambda cfg=cfg: nvfp4_quant(
-                        act, gs, expert_offsets=eo, blockscale_offsets=bo, out=out, validate=False, config=cfg
-                    )
-                t = graph_time([fn], rounds=8)
-                nbytes = (
-                    nvfp4_bytes(M, N, True, int(bo[-1]))
-                    - (M * 4 * N if kind == "quant" else 0)
-                    + (M * 2 * N if kind == "quant" else 0)
-                )
-                rows.append(
-                    {
-                        "op": f"nvfp4_{kind}",
-                        "M": M,
-                        "N": N,
-                        "layout": "nil",
-                        "weighted": False,
-                        "config": "heuristic" if cfg is None else f"{cfg[0]}x{cfg[1]}/w{cfg[2]}",
-                        "median_us": round(t.median_us, 4),
-                        "tbps": round(nbytes / t.median_us / 1e6, 4),
-                    }
-                )
     return rows
 
 
@@ -422,9 +593,26 @@ def nvfp4_bytes(M: int, N: int, fused: bool, scale_rows: int) -> int:
     return M * (4 * N + 2 * N) + M * 2 * N + quant
 
 
-def bench_nvfp4(cold: bool, ceiling_tbps: float, quick: bool = False, progress: bool = True) -> list[dict]:
+def _nvfp4_fused_ref(gateup, row_gs):
+    """The fused op in plain torch (linear scales, per-row global scale): what torch.compile gets."""
+    return nvfp4_quant_ref(silu_and_mul_ref(gateup, interleaved=False), row_gs)
+
+
+NVFP4_IMPLS = {
+    "fused": "the fused Triton kernel, swizzled scales, outputs preallocated",
+    "unfused": "silu_and_mul then nvfp4_quant (Triton), swizzled scales, outputs preallocated",
+    "compile_static": "torch.compile(dynamic=False) of the torch reference (linear scales)",
+    "torch_eager": "the torch reference, eager (linear scales)",
+}
+
+
+def bench_nvfp4(ceiling_tbps: float, quick: bool = False, progress: bool = True) -> list[dict]:
+    """Warm L2, 8 uniform experts. The Triton paths write preallocated outputs (the layout the
+    grouped GEMM reads); the torch references allocate theirs."""
     from tqdm.auto import tqdm
 
+    _configure_dynamo()
+    compiled = torch.compile(_nvfp4_fused_ref, dynamic=False)
     rows = []
     ms = (1024, 49152) if quick else NVFP4_M
     combos = [(m, n) for m in ms for n in NVFP4_N]
@@ -438,7 +626,7 @@ def bench_nvfp4(cold: bool, ceiling_tbps: float, quick: bool = False, progress: 
         gateup = torch.randn((M, 2 * N), device="cuda", dtype=torch.bfloat16)
         act = silu_and_mul(gateup, interleaved=False)
         gs = torch.full((NVFP4_EXPERTS,), 448 * 6 / float(act.float().abs().max()), device="cuda")
-        row_gs = gs.repeat_interleave(counts.cuda(), output_size=M)
+        row_gs = gs.repeat_interleave(counts.cuda(), output_size=M)[:, None]
         packed = torch.empty((M, N // 2), dtype=torch.uint8, device="cuda")
         scales = torch.empty((rows_pad, (N // 16 + 3) // 4 * 4), dtype=torch.uint8, device="cuda")
         out = (packed, scales)
@@ -450,15 +638,16 @@ def bench_nvfp4(cold: bool, ceiling_tbps: float, quick: bool = False, progress: 
             silu_and_mul(gateup, interleaved=False, out=act)
             nvfp4_quant(act, gs, expert_offsets=eo, blockscale_offsets=bo, out=out, validate=False)
 
-        def torch_eager():
-            a = silu_and_mul_ref(gateup, interleaved=False)
-            return nvfp4_quant_ref(a, row_gs)
-
-        impls = {"fused": (fused, True), "unfused": (unfused, False), "torch_eager": (torch_eager, False)}
+        impls = {
+            "fused": (fused, True),
+            "unfused": (unfused, False),
+            "compile_static": (lambda: compiled(gateup, row_gs), False),
+            "torch_eager": (lambda: _nvfp4_fused_ref(gateup, row_gs), False),
+        }
+        fused_bytes = nvfp4_bytes(M, N, True, rows_pad)
         for name, (fn, is_fused) in impls.items():
             nbytes = nvfp4_bytes(M, N, is_fused, rows_pad)
-            fused_bytes = nvfp4_bytes(M, N, True, rows_pad)
-            t = graph_time([fn], rounds=10)
+            t = graph_time([fn])
             rows.append(
                 {
                     "op": "silu_and_mul_nvfp4",
@@ -466,10 +655,16 @@ def bench_nvfp4(cold: bool, ceiling_tbps: float, quick: bool = False, progress: 
                     "N": N,
                     "experts": NVFP4_EXPERTS,
                     "impl": name,
+                    "config": NVFP4_IMPLS[name],
                     "l2": "warm",
                     "median_us": round(t.median_us, 3),
+                    "lo_us": round(t.lo_us, 3),
+                    "hi_us": round(t.hi_us, 3),
                     "min_us": round(t.min_us, 3),
                     "max_us": round(t.max_us, 3),
+                    "reps": t.reps,
+                    "rounds": t.rounds,
+                    "passes": t.passes,
                     "bytes": nbytes,
                     "tbps": round(nbytes / t.median_us / 1e6, 4),
                     "fused_floor_us": round(fused_bytes / (ceiling_tbps * 1e6), 3),
@@ -491,24 +686,39 @@ def write_csv(rows: list[dict], path: str | Path) -> None:
 
 
 def run(out: str | Path, quick: bool = False, cold: bool = False, tune: bool = True, command=None) -> dict:
-    """The whole sweep; writes ``out`` (silu CSV) and its :func:`companion` files (NVFP4 CSV,
-    tile sweeps unless ``tune=False``, provenance JSON). Returns the provenance document."""
+    """The whole sweep; writes ``out`` (silu CSV) and its companion files (NVFP4 CSV, tile sweeps
+    unless ``tune=False``, provenance JSON). Returns the provenance document."""
     require_gpu()
     out = Path(out)
     meta = provenance.collect(command)
-    meta["gpu_state_before"] = provenance.gpu_state()
-    meta["empty_kernel_us"] = round(empty_kernel_us(), 4)
+    meta["clock_warmup"] = warm_clocks()
+    meta["l2_bytes"] = l2_bytes()
+    meta["cold_rotation"] = f">= {COLD_FACTOR} x L2 of input buffer sets between two uses of a set"
+    meta["timing"] = {
+        "min_calls": MIN_CALLS,
+        "min_replay_us": MIN_REPLAY_US,
+        "rounds": ROUNDS,
+        "decode_passes": DECODE_PASSES,
+        "decode_max_m": DECODE_MAX_M,
+        "output_policy": "every implementation allocates its output (free at graph replay)",
+        "tie": "two timings whose [lo_us, hi_us] ranges overlap",
+    }
+    meta["impls"] = IMPLS
+    meta["empty_kernel"] = empty_kernel_us()
+    meta["empty_kernel_us"] = meta["empty_kernel"]["median_us"]
     meta["ceiling_49152x768"] = stream_ceiling(49152 * 768)
     meta["ceiling_49152x3072"] = stream_ceiling(49152 * 3072)
     ceiling = meta["ceiling_49152x3072"]["tbps"]
     meta["ceiling_tbps_used_for_floors"] = ceiling
     meta["method"] = __doc__.strip().split("\n\n", 1)[1]
+    meta["method_check"] = method_check()
     rows = bench_silu(shapes(quick), cold, ceiling)
     write_csv(rows, out)
-    nv = bench_nvfp4(cold, ceiling, quick=quick)
+    meta["nvfp4_impls"] = NVFP4_IMPLS
+    nv = bench_nvfp4(ceiling, quick=quick)
     write_csv(nv, provenance.companion(out, "nvfp4"))
     if tune:
-        write_csv(tile_sweep() + nvfp4_tile_sweep(), provenance.companion(out, "tune"))
+        write_csv(tile_sweep(), provenance.companion(out, "tune"))
     meta["gpu_state_after"] = provenance.gpu_state()
     provenance.write_record(provenance.companion(out, "meta"), json.dumps(meta, indent=1) + "\n")
     return meta

@@ -93,7 +93,9 @@ def _helion_config(config: str, two_n: int, weighted: bool):
         raise ValueError(f"config must be one of {CONFIGS}, got {config!r}")
     idx = sm90_config_index(two_n, weighted)
     if idx is None:
-        raise ValueError(f"the sm_90 table has no config for 2N = {two_n} (keys: {sorted(sm90_table()['key_2n'], key=int)})")
+        raise ValueError(
+            f"the sm_90 table has no config for 2N = {two_n} (keys: {sorted(sm90_table()['key_2n'], key=int)})"
+        )
     import helion
 
     table = sm90_table()
