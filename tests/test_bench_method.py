@@ -41,6 +41,7 @@ def test_graph_size_does_not_move_decode_timing():
     graph against 1.11 us at 500, WORKBOOK section 7). Runs alone on the GPU (the job's bench
     phase): timings next to other GPU work are not timings."""
     check = bench.method_check()
-    assert check["chosen_reps"] >= bench.MIN_CALLS and check["bigger_reps"] == 4 * check["chosen_reps"]
-    assert check["chosen_reps"] * check["chosen_us"] >= 0.9 * bench.MIN_REPLAY_US
+    print(check)
+    assert check["chosen_reps"] >= bench.MIN_CALLS and check["bigger_reps"] == 4 * check["chosen_reps"], check
+    assert check["chosen_reps"] * check["chosen_us"] >= 0.9 * bench.MIN_REPLAY_US, check
     assert check["within_3pct"], check
