@@ -18,8 +18,9 @@ Method (per implementation and shape):
    implementations (pass 1: every implementation, then pass 2, ...); each pass replays every
    implementation's graph ``rounds`` times.
 6. Report the median over all replays and the spread: ``lo_us``/``hi_us`` are the lowest and
-   highest per-pass median where there are several passes, else the lowest and highest replay.
-   Two timings whose [lo, hi] ranges overlap are a tie.
+   highest per-pass median where there are several passes, else the 25th and 75th percentiles
+   of the replays (``min_us``/``max_us`` keep the extremes). Two timings whose [lo, hi] ranges
+   overlap are a tie.
 7. Every implementation allocates its output (inside a captured graph an allocation costs
    nothing at replay), so all follow the same output policy.
 8. Effective bandwidth = bytes the op must move (reads + writes, counted, not measured) / time.
@@ -80,8 +81,8 @@ class Timing:
     """Per-call microseconds of one implementation on one shape."""
 
     median_us: float
-    lo_us: float  # spread: lowest per-pass median (several passes) or lowest replay
-    hi_us: float
+    lo_us: float  # spread: lowest per-pass median (several passes), else the replays' 25th percentile
+    hi_us: float  # highest per-pass median, else the replays' 75th percentile
     min_us: float  # over every replay
     max_us: float
     reps: int  # calls in one graph replay
@@ -96,7 +97,8 @@ class Timing:
             medians = [statistics.median(p) for p in passes]
             lo, hi = min(medians), max(medians)
         else:
-            lo, hi = min(flat), max(flat)
+            q = statistics.quantiles(flat, n=4, method="inclusive")
+            lo, hi = q[0], q[2]
         return cls(statistics.median(flat), lo, hi, min(flat), max(flat), reps, len(passes[0]), len(passes), flat)
 
 

@@ -1,8 +1,9 @@
-"""``python -m inkling_workbook {check,bench,figures,info}``."""
+"""``python -m inkling_workbook {check,bench,serving,figures,info}``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -22,8 +23,6 @@ def _check(args) -> int:
     if args.matrix:
         kind = args.matrix
     if args.nvfp4:
-        import json
-
         rows = harness.run_nvfp4_matrix("gpu" if kind == "gpu" else "cpu", device, progress=not args.no_progress)
         line = harness.nvfp4_tally(rows)
         print(line)
@@ -60,6 +59,17 @@ def _bench(args) -> int:
     return 0
 
 
+def _serving(args) -> int:
+    from . import bench, serving_bench
+
+    bench.require_gpu()
+    out = args.out or (DATA / f"serving_{provenance.device_slug()}.json")
+    doc = serving_bench.run(out)
+    print(json.dumps({k: v for k, v in doc.items() if k != "provenance"}, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
 def _figures(args) -> int:
     from . import plots
 
@@ -75,8 +85,6 @@ def _figures(args) -> int:
 
 
 def _info(args) -> int:
-    import json
-
     print(json.dumps(provenance.collect(), indent=1))
     return 0
 
@@ -99,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-tune", action="store_true", help="skip the tile sweep")
     p.add_argument("--out", help="CSV output (default data/bench_<gpu>.csv)")
     p.set_defaults(fn=_bench)
+    p = sub.add_parser("serving", help="PDL in a decode chain, host time per call (GPU only)")
+    p.add_argument("--out", help="JSON output (default data/serving_<gpu>.json)")
+    p.set_defaults(fn=_serving)
     p = sub.add_parser("figures", help="draw figures/ from the CSVs in data/")
     p.add_argument("--data", default=str(DATA))
     p.add_argument("--out", default=str(FIGURES))

@@ -1,18 +1,55 @@
-"""Publication figures, drawn only from the measured CSV + provenance JSON files in ``data/``."""
+"""Publication figures and tables, drawn only from the measured CSV + provenance JSON in ``data/``."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import matplotlib  # noqa: F401
+import matplotlib
+
+matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .provenance import companion
+from .provenance import companion  # noqa: E402
 
-COLORS = {"helion": "#4C72B0", "torch_compile": "#DD8452", "torch_eager": "#8C8C8C", "triton": "#55A868"}
+COLORS = {
+    "triton": "#2CA02C",
+    "triton_pdl": "#17BECF",
+    "helion_sm90": "#1F77B4",
+    "helion_fixed": "#9ECAE1",
+    "compile_static": "#FF7F0E",
+    "compile_dynamic_m": "#FDAE6B",
+    "torch_eager": "#8C8C8C",
+    "fused": "#2CA02C",
+    "unfused": "#1F77B4",
+}
+#: What each implementation is called in tables and legends: its configuration, always.
+LABELS = {
+    "triton": "Triton port (PDL off)",
+    "triton_pdl": "Triton port (PDL on)",
+    "helion_sm90": "helion 1.4 (production sm_90 table)",
+    "helion_fixed": "helion 1.4 (fixed 1x256 tile, 4 warps)",
+    "compile_static": "torch.compile (dynamic=False)",
+    "compile_dynamic_m": "torch.compile (M dynamic)",
+    "torch_eager": "torch eager",
+    "fused": "fused Triton kernel",
+    "unfused": "silu_and_mul + nvfp4_quant (Triton)",
+}
+SHORT = {
+    "triton": "port",
+    "triton_pdl": "port+PDL",
+    "helion_sm90": "helion sm90 table",
+    "helion_fixed": "helion fixed tile",
+    "compile_static": "compile static",
+    "compile_dynamic_m": "compile M-dyn",
+    "torch_eager": "eager",
+}
+BASELINES = ("helion_sm90", "helion_fixed", "compile_static", "compile_dynamic_m", "torch_eager")
+HEADLINE = ("helion_sm90", "compile_static")
+KEYS = ["group", "M", "N", "layout", "weighted"]
+DPI = 150  # figures/ PNGs; notebooks draw at screen resolution (``plots.DPI = 60``) to stay small
 
 
 def load_bench(csv_path: str | Path) -> tuple[pd.DataFrame, dict]:
@@ -22,24 +59,34 @@ def load_bench(csv_path: str | Path) -> tuple[pd.DataFrame, dict]:
     return pd.read_csv(csv_path), meta
 
 
-def caption(meta: dict) -> str:
+def caption(meta: dict, l2: str = "warm and cold") -> str:
     return (
         f"{meta.get('device', '?')}, driver {meta.get('driver', '?')}; torch {meta.get('torch', '?')}, "
         f"triton {meta.get('triton', '?')}, helion {meta.get('helion', '?')}; {meta.get('date_utc', '?')[:10]}; "
-        "CUDA-graph replay, median per call, warm L2"
+        f"CUDA-graph replay of >= 100 calls and >= 1 ms, median of 10 replays (decode: 3 interleaved passes); "
+        f"{l2} L2"
     )
 
 
 def speedup_table(df: pd.DataFrame, l2: str = "warm") -> pd.DataFrame:
-    """One row per shape: median us of each implementation and the port's speedups."""
+    """One row per shape: median, lo and hi us of each implementation, and for each baseline
+    ``vs_<b>`` (baseline / port, > 1: the port is faster) and ``tie_<b>`` (ranges overlap)."""
     d = df[(df["op"] == "silu_and_mul") & (df["l2"] == l2)]
-    wide = d.pivot_table(
-        index=["group", "M", "N", "layout", "weighted"], columns="impl", values="median_us"
-    ).reset_index()
-    for other in ("helion", "torch_compile", "torch_eager"):
-        if other in wide:
-            wide[f"vs_{other}"] = wide[other] / wide["triton"]
+    wide = d.pivot_table(index=KEYS, columns="impl", values="median_us").reset_index()
+    for col in ("lo_us", "hi_us"):
+        part = d.pivot_table(index=KEYS, columns="impl", values=col)
+        part.columns = [f"{c}_{col[:2]}" for c in part.columns]
+        wide = wide.merge(part.reset_index(), on=KEYS)
+    for b in BASELINES:
+        if b in wide:
+            wide[f"vs_{b}"] = wide[b] / wide["triton"]
+            wide[f"tie_{b}"] = (wide["triton_lo"] <= wide[f"{b}_hi"]) & (wide[f"{b}_lo"] <= wide["triton_hi"])
+    wide["l2"] = l2
     return wide
+
+
+def verdict(ratio: float, tie: bool) -> str:
+    return "tie" if tie else ("win" if ratio > 1 else "loss")
 
 
 def geomean(values) -> float:
@@ -68,77 +115,127 @@ def rerun_summary(table: pd.DataFrame) -> pd.DataFrame:
     return out.round(3).reset_index()
 
 
-def _label(r) -> str:
-    return f"{int(r.M)}x{int(r.N)} {r.layout}{'+w' if r.weighted else ''}"
+def _title(layout: str) -> str:
+    return "interleaved" if layout == "il" else "non-interleaved"
 
 
 def draw_speedup(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
-    """Speedup of the port over helion (top) and torch.compile (bottom), per layout, vs M."""
-    wide = speedup_table(df)
-    fig, axes = plt.subplots(2, 2, figsize=(7.0, 5.2), sharex=True, sharey="row")
-    ns = sorted(wide.N.unique())
+    """Speedup of the port (PDL off) over the two headline baselines, per layout, against M;
+    warm L2 solid, cold L2 dashed, bars from the measured spreads."""
+    tables = {l2: speedup_table(df, l2) for l2 in ("warm", "cold") if (df["l2"] == l2).any()}
+    fig, axes = plt.subplots(2, 2, figsize=(7.5, 5.6), sharex=True, sharey="row")
+    ns = sorted(tables["warm"].N.unique())
     cmap = plt.get_cmap("viridis")
     for col, layout in enumerate(("il", "nil")):
-        for row, other in enumerate(("helion", "torch_compile")):
+        for row, base in enumerate(HEADLINE):
             ax = axes[row, col]
-            key = f"vs_{other}"
-            if key not in wide:
-                continue
-            d = wide[(wide.layout == layout) & ~wide.weighted]
-            for i, n in enumerate(ns):
-                dn = d[d.N == n].sort_values("M")
-                if len(dn):
-                    ax.plot(dn.M, dn[key], marker="o", ms=3, lw=1, color=cmap(i / max(1, len(ns) - 1)), label=f"N={n}")
-            dw = wide[(wide.layout == layout) & wide.weighted]
-            if len(dw):
-                ax.scatter(dw.M, dw[key], marker="*", s=60, color="crimson", zorder=4, label="with weights")
+            for l2, wide in tables.items():
+                if base not in wide:
+                    continue
+                d = wide[(wide.layout == layout) & ~wide.weighted]
+                for i, n in enumerate(ns):
+                    dn = d[d.N == n].sort_values("M")
+                    if dn.empty:
+                        continue
+                    lo = dn[f"{base}_lo"] / dn["triton_hi"]
+                    hi = dn[f"{base}_hi"] / dn["triton_lo"]
+                    ax.errorbar(
+                        dn.M, dn[f"vs_{base}"], yerr=[dn[f"vs_{base}"] - lo, hi - dn[f"vs_{base}"]],
+                        marker="o" if l2 == "warm" else "x", ms=3, lw=1, capsize=1.5,
+                        ls="-" if l2 == "warm" else "--", color=cmap(i / max(1, len(ns) - 1)),
+                        label=f"N={n}, {l2} L2",
+                    )  # fmt: skip
+                dw = wide[(wide.layout == layout) & wide.weighted]
+                if len(dw) and l2 == "warm":
+                    ax.scatter(dw.M, dw[f"vs_{base}"], marker="*", s=50, color="crimson", zorder=4, label="with weights")
             ax.axhline(1.0, color="black", lw=0.8)
             ax.set_xscale("log")
             ax.grid(alpha=0.3)
-            gm = geomean(wide[wide.layout == layout][key])
-            title = "interleaved" if layout == "il" else "non-interleaved"
-            ax.set_title(f"{title}: vs {other.replace('_', '.')} (geomean {gm:.2f}x)", fontsize=8)
+            warm = tables["warm"]
+            gm = geomean(warm[warm.layout == layout][f"vs_{base}"]) if f"vs_{base}" in warm else float("nan")
+            ax.set_title(f"{_title(layout)}: vs {LABELS[base]}\n(geomean warm {gm:.2f}x)", fontsize=7.5)
             if col == 0:
-                ax.set_ylabel(f"speedup over {other.replace('_', '.')} (x)", fontsize=8)
+                ax.set_ylabel("speedup of the port (x)", fontsize=8)
             if row == 1:
-                ax.set_xlabel("M (tokens x experts, rows)", fontsize=8)
+                ax.set_xlabel("M (rows = tokens x experts)", fontsize=8)
             ax.tick_params(labelsize=7)
-    axes[0, 1].legend(fontsize=6, loc="upper left")
-    fig.suptitle("silu_and_mul: speedup of the Triton port (higher is better)", fontsize=10)
-    fig.text(0.01, 0.005, caption(meta), fontsize=5.5, color="0.3")
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=6, loc="lower center", ncol=4)
+    fig.suptitle("silu_and_mul: speedup of the Triton port, warm and cold L2 (higher is better)", fontsize=10)
+    fig.text(0.01, 0.005, caption(meta), fontsize=5, color="0.3")
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     return _save(fig, out_stem)
 
 
 def draw_bandwidth(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
-    d = df[(df["op"] == "silu_and_mul") & (df["l2"] == "warm") & (df["M"] >= 1536)]
-    fig, ax = plt.subplots(figsize=(7.0, 4.4))
-    wide = d.pivot_table(index=["M", "N", "layout", "weighted"], columns="impl", values="tbps").reset_index()
-    wide = wide.sort_values(["layout", "N", "M"]).reset_index(drop=True)
-    x = np.arange(len(wide))
-    for impl in ("triton", "helion", "torch_compile"):
-        if impl in wide:
-            ax.plot(x, wide[impl], marker="o", ms=3, lw=1, color=COLORS[impl], label=f"{impl} (warm L2)")
-    cold = df[(df["op"] == "silu_and_mul") & (df["l2"] == "cold") & (df["M"] >= 1536) & (df["impl"] == "triton")]
-    if len(cold):
-        c = wide[["M", "N", "layout", "weighted"]].merge(cold, on=["M", "N", "layout", "weighted"], how="left")
-        ax.plot(x, c["tbps"], ls="--", marker="x", ms=3, lw=1, color=COLORS["triton"], label="triton (cold L2)")
-    for key, style in (("ceiling_49152x3072", "--"), ("ceiling_49152x768", ":")):
-        if key in meta:
-            ax.axhline(
-                meta[key]["tbps"],
-                color="black",
-                ls=style,
-                lw=1,
-                label=f"streaming ceiling {key[8:]} ({meta[key]['tbps']:.2f} TB/s)",
-            )
-    ax.axhline(4.8, color="red", ls="-.", lw=0.8, label="H200 datasheet 4.8 TB/s")
-    ax.set_xticks(x, [_label(r) for r in wide.itertuples()], rotation=90, fontsize=6)
-    ax.set_ylabel("effective bandwidth (TB/s)")
-    ax.set_title("silu_and_mul prefill shapes: bytes moved / median time (warm L2 can beat DRAM)", fontsize=9)
-    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.42), ncol=3)
-    fig.text(0.01, 0.005, caption(meta), fontsize=6, color="0.3")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    """Effective bandwidth of the port against M per N, warm and cold, with the same-pattern
+    ceilings; hollow markers where the whole working set fits in L2."""
+    d = df[(df["op"] == "silu_and_mul") & (df["impl"] == "triton") & (df["M"] >= 96) & ~df["weighted"]]
+    fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.6), sharex=True, sharey=True)
+    ns = sorted(d.N.unique())
+    cmap = plt.get_cmap("viridis")
+    l2_mb = meta.get("l2_bytes", 0) / 2**20
+    for ax, layout in zip(axes, ("il", "nil")):
+        for i, n in enumerate(ns):
+            for l2, style in (("warm", "-"), ("cold", "--")):
+                dn = d[(d.layout == layout) & (d.N == n) & (d.l2 == l2)].sort_values("M")
+                if dn.empty:
+                    continue
+                color = cmap(i / max(1, len(ns) - 1))
+                ax.plot(dn.M, dn.tbps, ls=style, lw=1, color=color, label=f"N={n} {l2} L2")
+                fits = dn.fits_l2.astype(bool) if "fits_l2" in dn else np.zeros(len(dn), bool)
+                ax.scatter(dn.M[~fits], dn.tbps[~fits], s=12, color=color, marker="o" if l2 == "warm" else "x")
+                ax.scatter(dn.M[fits], dn.tbps[fits], s=14, facecolors="none", edgecolors=color)
+        for key, style in (("ceiling_49152x3072", "-."), ("ceiling_49152x768", ":")):
+            if key in meta:
+                t = meta[key]["tbps"]
+                ax.axhline(t, color="black", ls=style, lw=0.8, label=f"same-pattern ceiling {key[8:]}: {t:.2f} TB/s")
+        ax.set_xscale("log")
+        ax.set_title(_title(layout), fontsize=8)
+        ax.set_xlabel("M (rows)", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7)
+    axes[0].set_ylabel("effective bandwidth (TB/s)", fontsize=8)
+    axes[0].scatter([], [], s=14, facecolors="none", edgecolors="black", label=f"working set fits in L2 ({l2_mb:.0f} MiB)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=5.5, loc="lower center", ncol=4)
+    fig.suptitle("silu_and_mul, Triton port: bytes moved / median time (M >= 96)", fontsize=9)
+    fig.text(0.01, 0.005, caption(meta), fontsize=5, color="0.3")
+    fig.tight_layout(rect=(0, 0.17, 1, 1))
+    return _save(fig, out_stem)
+
+
+def draw_decode(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
+    """Decode latency (M <= 16, warm L2) against M, per N and layout, with the measured spread and
+    the empty-kernel floor."""
+    d = df[(df["op"] == "silu_and_mul") & (df["l2"] == "warm") & (df["M"] <= 16) & (df["group"] == "decode")]
+    ns = sorted(d.N.unique())
+    fig, axes = plt.subplots(2, len(ns), figsize=(7.5, 4.6), sharex=True, sharey=True, squeeze=False)
+    impls = [i for i in ("triton", "triton_pdl", "compile_static", "helion_fixed", "helion_sm90") if i in set(d.impl)]
+    for r, layout in enumerate(("il", "nil")):
+        for c, n in enumerate(ns):
+            ax = axes[r, c]
+            for impl in impls:
+                x = d[(d.layout == layout) & (d.N == n) & (d.impl == impl)].sort_values("M")
+                ax.errorbar(
+                    x.M, x.median_us, yerr=[x.median_us - x.lo_us, x.hi_us - x.median_us], marker="o", ms=3, lw=1,
+                    capsize=2, color=COLORS[impl], label=LABELS[impl],
+                )  # fmt: skip
+            if "empty_kernel_us" in meta:
+                ax.axhline(meta["empty_kernel_us"], color="black", ls=":", lw=0.8, label="empty Triton kernel")
+            ax.set_title(f"{_title(layout)}, N={n}", fontsize=7.5)
+            ax.set_xscale("log", base=2)
+            ax.grid(alpha=0.3)
+            ax.tick_params(labelsize=7)
+            if c == 0:
+                ax.set_ylabel("us per call", fontsize=8)
+            if r == 1:
+                ax.set_xlabel("M (rows)", fontsize=8)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=6, loc="lower center", ncol=3)
+    fig.suptitle("silu_and_mul at decode sizes: median us per call, back to back, warm L2", fontsize=9)
+    fig.text(0.01, 0.005, caption(meta, "warm"), fontsize=5, color="0.3")
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     return _save(fig, out_stem)
 
 
@@ -147,19 +244,18 @@ def draw_nvfp4(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
     wide = wide.sort_values(["N", "M"]).reset_index(drop=True)
     fig, ax = plt.subplots(figsize=(7.0, 3.4))
     x = np.arange(len(wide))
-    w = 0.27
-    for i, impl in enumerate(("fused", "unfused", "torch_eager")):
-        if impl in wide:
-            ax.bar(x + (i - 1) * w, wide[impl], width=w, label=impl, color=["#55A868", "#4C72B0", "#8C8C8C"][i])
+    impls = [i for i in ("fused", "unfused", "compile_static", "torch_eager") if i in wide]
+    w = 0.8 / len(impls)
+    for i, impl in enumerate(impls):
+        ax.bar(x + (i - (len(impls) - 1) / 2) * w, wide[impl], width=w, label=LABELS[impl], color=COLORS[impl])
     for xi, r in zip(x, wide.itertuples()):
-        if hasattr(r, "fused") and hasattr(r, "unfused"):
-            ax.text(xi, r.unfused * 1.15, f"{r.unfused / r.fused:.2f}x", ha="center", fontsize=7)
+        ax.text(xi, r.unfused * 1.25, f"{r.unfused / r.fused:.2f}x", ha="center", fontsize=7)
     ax.set_yscale("log")
     ax.set_xticks(x, [f"M={int(r.M)}\nN={int(r.N)}" for r in wide.itertuples()], fontsize=7)
     ax.set_ylabel("median time per call (us, log)")
-    ax.set_title("SiLU-and-mul + NVFP4 quant: fused vs unfused (label: unfused/fused)", fontsize=10)
-    ax.legend(fontsize=7)
-    fig.text(0.01, 0.005, caption(meta), fontsize=6, color="0.3")
+    ax.set_title("SiLU-and-mul + NVFP4 quant, 8 experts, warm L2 (label: unfused / fused)", fontsize=9)
+    ax.legend(fontsize=6.5)
+    fig.text(0.01, 0.005, caption(meta, "warm"), fontsize=5, color="0.3")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return _save(fig, out_stem)
 
@@ -167,7 +263,7 @@ def draw_nvfp4(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
 def _save(fig, stem: Path) -> list[Path]:
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
-    fig.savefig(paths[0], dpi=200)
+    fig.savefig(paths[0], dpi=DPI)
     with plt.rc_context({"svg.hashsalt": "inkling-kernels"}):  # stable ids: regenerating changes no byte
         fig.savefig(paths[1], metadata={"Date": None})
     plt.close(fig)
@@ -183,31 +279,79 @@ def draw_all(data_dir: Path, fig_dir: Path) -> list[Path]:
         df, meta = load_bench(csv_path)
         written += draw_speedup(df, meta, fig_dir / f"speedup_{gpu}")
         written += draw_bandwidth(df, meta, fig_dir / f"bandwidth_{gpu}")
+        written += draw_decode(df, meta, fig_dir / f"decode_{gpu}")
         nv = companion(csv_path, "nvfp4")
         if nv.exists():
             written += draw_nvfp4(pd.read_csv(nv), meta, fig_dir / f"nvfp4_{gpu}")
     return written
 
 
+def _shape(r) -> str:
+    return f"{int(r.M)}x{int(r.N)} {r.layout}{'+w' if r.weighted else ''}"
+
+
+def misses(df: pd.DataFrame, base: str) -> pd.DataFrame:
+    """Every (shape, L2) where the port is slower than ``base`` beyond the spread."""
+    rows = []
+    for l2 in ("warm", "cold"):
+        if not (df["l2"] == l2).any():
+            continue
+        wide = speedup_table(df, l2)
+        if f"vs_{base}" not in wide:
+            continue
+        lost = wide[(wide[f"vs_{base}"] < 1) & ~wide[f"tie_{base}"]]
+        rows += [{"shape": _shape(r), "l2": l2, "ratio": getattr(r, f"vs_{base}")} for r in lost.itertuples()]
+    return pd.DataFrame(rows, columns=["shape", "l2", "ratio"])
+
+
 def targets_table(df: pd.DataFrame, meta: dict, nv: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The issue-level targets next to what the recorded run measured."""
-    wide = speedup_table(df)
-    decode = wide[wide.M <= 16]
-    big = df[(df.op == "silu_and_mul") & (df.impl == "triton") & (df.l2 == "warm") & (df.M == 49152)]
+    """The issues' targets next to what the recorded run measured (ties within the spread met)."""
+    warm = speedup_table(df, "warm")
+    decode = warm[warm.M <= 16]
     rows = [
         {
-            "target": "decode (M <= 16): <= 1.20 us per call",
+            "target": "decode (M <= 16, warm, PDL off): median <= 1.15 us",
             "measured": f"{decode.triton.min():.2f}-{decode.triton.max():.2f} us; "
-            f"{(decode.triton <= 1.20).sum()}/{len(decode)} shapes met",
-            "met": bool((decode.triton <= 1.20).all()),
-        },
-        {
-            "target": "decode: never slower than torch.compile",
-            "measured": f"slower on {(decode.vs_torch_compile < 1).sum()}/{len(decode)} shapes "
-            f"(worst {decode.vs_torch_compile.min():.2f}x)",
-            "met": bool((decode.vs_torch_compile >= 1).all()),
-        },
+            f"{(decode.triton <= 1.15).sum()}/{len(decode)} shapes met",
+            "met": bool((decode.triton <= 1.15).all()),
+        }
     ]
+    if "vs_compile_static" in decode:
+        lost = decode[(decode.vs_compile_static < 1) & ~decode.tie_compile_static]
+        rows.append(
+            {
+                "target": "decode: never slower than torch.compile (dynamic=False) beyond the spread",
+                "measured": f"{len(lost)}/{len(decode)} slower"
+                + (f" (worst {lost.vs_compile_static.min():.3f}x)" if len(lost) else "")
+                + f", {int(decode.tie_compile_static.sum())} ties",
+                "met": lost.empty,
+            }
+        )
+    if "triton_pdl" in decode:
+        for label, sel, goal in (("M <= 8", decode.M <= 8, 0.95), ("M = 16", decode.M == 16, 1.05)):
+            t = decode[sel].triton_pdl
+            rows.append(
+                {
+                    "target": f"decode with PDL, back to back, {label}: median <= {goal} us",
+                    "measured": f"{t.min():.2f}-{t.max():.2f} us; {(t <= goal).sum()}/{len(t)} met",
+                    "met": bool((t <= goal).all()),
+                }
+            )
+    n_shapes = len(warm) + len(speedup_table(df, "cold")) if (df.l2 == "cold").any() else len(warm)
+    for base in HEADLINE:
+        if f"vs_{base}" not in warm:
+            continue
+        lost = misses(df, base)
+        listed = "; ".join(f"{r.shape} {r.l2} {r.ratio:.3f}x" for r in lost.itertuples())
+        rows.append(
+            {
+                "target": f"every shape, warm and cold, >= 1.0x vs {LABELS[base]} (ties met)",
+                "measured": f"geomean warm {geomean(warm[f'vs_{base}']):.2f}x; slower on {len(lost)}/{n_shapes}"
+                + (f": {listed}" if listed else ""),
+                "met": lost.empty,
+            }
+        )
+    big = df[(df.op == "silu_and_mul") & (df.impl == "triton") & (df.l2 == "cold") & (df.M == 49152) & ~df.weighted]
     for n in (768, 3072):
         ceiling = meta.get(f"ceiling_49152x{n}", {}).get("tbps", float("nan"))
         for layout in ("il", "nil"):
@@ -215,23 +359,11 @@ def targets_table(df: pd.DataFrame, meta: dict, nv: pd.DataFrame | None = None) 
             if r.empty:
                 continue
             tb = float(r.tbps.iloc[0])
-            goal = min(4.3, 0.98 * ceiling)
             rows.append(
                 {
-                    "target": f"M=49152 N={n} {layout}: >= min(4.3 TB/s, 98% of same-pattern ceiling {ceiling:.2f})",
-                    "measured": f"{tb:.2f} TB/s = {100 * tb / ceiling:.1f}% of ceiling",
-                    "met": tb >= goal,
-                }
-            )
-    for other in ("helion", "torch_compile"):
-        col = f"vs_{other}"
-        if col in wide:
-            rows.append(
-                {
-                    "target": f"every shape >= 1.0x vs {other}",
-                    "measured": f"geomean {geomean(wide[col]):.2f}x; slower on {(wide[col] < 1).sum()}/{len(wide)} "
-                    f"(worst {wide[col].min():.2f}x)",
-                    "met": bool((wide[col] >= 1).all()),
+                    "target": f"M=49152 N={n} {layout}, cold L2: >= 98% of the same-pattern ceiling ({ceiling:.2f} TB/s)",
+                    "measured": f"{tb:.2f} TB/s = {100 * tb / ceiling:.1f}%",
+                    "met": tb >= 0.98 * ceiling,
                 }
             )
     if nv is not None and not nv.empty:
@@ -256,26 +388,41 @@ def targets_table(df: pd.DataFrame, meta: dict, nv: pd.DataFrame | None = None) 
     return pd.DataFrame(rows)
 
 
+def _cell(r, base: str) -> str:
+    ratio, tie = getattr(r, f"vs_{base}"), getattr(r, f"tie_{base}")
+    return f"{ratio:.2f}x" + {"tie": " (tie)", "loss": " (**slower**)", "win": ""}[verdict(ratio, tie)]
+
+
 def summary_markdown(data_dir: Path, gpu: str = "h200") -> str:
-    """The README's table, generated from the recorded CSVs."""
-    df, meta = load_bench(data_dir / f"bench_{gpu}.csv")
-    nv_path = companion(data_dir / f"bench_{gpu}.csv", "nvfp4")
+    """The README's tables, generated from the recorded CSVs."""
+    csv_path = data_dir / f"bench_{gpu}.csv"
+    df, meta = load_bench(csv_path)
+    nv_path = companion(csv_path, "nvfp4")
     nv = pd.read_csv(nv_path) if nv_path.exists() else None
-    wide = speedup_table(df)
-    src = wide[wide.group == "source"].sort_values(["layout", "M", "N"])
+    impls = [i for i in ("triton", "triton_pdl", *BASELINES) if i in set(df.impl)]
+    head = ["M", "N", "layout", "w", "L2", *[SHORT[i] for i in impls], *[f"vs {SHORT[b]}" for b in HEADLINE]]
     lines = [
         f"Measured on {meta.get('device')} (driver {meta.get('driver')}, torch {meta.get('torch')}, "
-        f"triton {meta.get('triton')}, helion {meta.get('helion')}, {meta.get('date_utc', '')[:10]}); "
-        "CUDA-graph replay, median us per call, warm L2. Source: `data/bench_h200.csv`.",
+        f"triton {meta.get('triton')}, helion {meta.get('helion')}, {meta.get('date_utc', '')[:10]}, "
+        f"commit {meta.get('git_commit')}). Median us per call over CUDA-graph replays of >= 100 calls and "
+        f">= 1 ms (decode: 3 interleaved passes); warm L2 and cold L2 (inputs rotated over >= 3x the "
+        f"{meta.get('l2_bytes', 0) / 2**20:.0f} MiB L2) side by side; every implementation allocates its "
+        "output. Ratios are baseline / port; a ratio whose measured ranges overlap is a tie. "
+        f"Source: `data/bench_{gpu}.csv`. Baselines: "
+        + "; ".join(f"**{SHORT[b]}** = {LABELS[b]}" for b in BASELINES if b in impls)
+        + ".",
         "",
-        "| M | N | layout | w | Triton port | helion | torch.compile | vs helion | vs compile |",
-        "|---:|---:|---|---|---:|---:|---:|---:|---:|",
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join("---:" if h in ("M", "N") or h in {SHORT[i] for i in impls} else "---" for h in head) + "|",
     ]
+    tables = [speedup_table(df, l2) for l2 in ("warm", "cold") if (df.l2 == l2).any()]
+    both = pd.concat(tables)
+    src = both[both.group == "source"].sort_values(["layout", "M", "N", "l2"], ascending=[True, True, True, False])
     for r in src.itertuples():
-        lines.append(
-            f"| {r.M} | {r.N} | {r.layout} | {'w' if r.weighted else '-'} | {r.triton:.2f} | {r.helion:.2f} | "
-            f"{r.torch_compile:.2f} | {r.vs_helion:.2f}x | {r.vs_torch_compile:.2f}x |"
-        )
+        cells = [str(r.M), str(r.N), r.layout, "w" if r.weighted else "-", r.l2]
+        cells += [f"{getattr(r, i):.2f}" if pd.notna(getattr(r, i, np.nan)) else "-" for i in impls]
+        cells += [_cell(r, b) if pd.notna(getattr(r, f"vs_{b}", np.nan)) else "-" for b in HEADLINE]
+        lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "| target | measured | met |", "|---|---|---|"]
     for r in targets_table(df, meta, nv).itertuples():
         lines.append(f"| {r.target} | {r.measured} | {'yes' if r.met else '**no**'} |")

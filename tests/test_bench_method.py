@@ -7,9 +7,10 @@ from conftest import gpu_only
 from inkling_workbook import bench
 
 
-def test_spread_is_replay_range_for_one_pass_and_pass_medians_for_several():
-    one = bench.Timing.from_passes([[1.0, 1.3, 1.1, 1.2]], reps=500)
-    assert (one.median_us, one.lo_us, one.hi_us, one.passes, one.rounds) == (1.15, 1.0, 1.3, 1, 4)
+def test_spread_is_replay_quartiles_for_one_pass_and_pass_medians_for_several():
+    one = bench.Timing.from_passes([[1.0, 1.3, 1.1, 1.2, 9.0]], reps=500)  # one outlier replay
+    assert (one.median_us, one.lo_us, one.hi_us, one.passes, one.rounds) == (1.2, 1.1, 1.3, 1, 5)
+    assert (one.min_us, one.max_us) == (1.0, 9.0)
     three = bench.Timing.from_passes([[1.0, 1.2, 1.1], [1.4, 1.3, 1.5], [1.1, 1.2, 1.3]], reps=500)
     assert (three.lo_us, three.hi_us) == (1.1, 1.4)  # medians of the passes: 1.1, 1.4, 1.2
     assert (three.min_us, three.max_us, three.median_us, three.passes) == (1.0, 1.5, 1.2, 3)

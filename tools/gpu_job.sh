@@ -7,8 +7,10 @@
 # (recorded as data/gpu_job_<gpu>.log), and publish_<gpu>.tar.gz, the data/ records and the
 # notebooks this run rewrote (unpack it over a checkout: `tar xzf publish_h200.tar.gz`).
 # STEPS, a comma list, default all of them:
-#   bench      full benchmark sweep with cold L2 and tile sweeps -> data/bench_<gpu>.csv, .json,
-#              nvfp4_bench_<gpu>.csv, tune_bench_<gpu>.csv
+#   bench      full benchmark sweep, warm and cold L2 -> data/bench_<gpu>.csv, .json,
+#              nvfp4_bench_<gpu>.csv; then, still alone on the GPU, the timing-method test
+#              (tests marked `timing`) and the serving measurements (PDL in a decode chain,
+#              host time per call) -> data/serving_<gpu>.json
 #   tests      the whole test suite on the GPU
 #   sanitize   compute-sanitizer memcheck over the kernel tests, then racecheck and initcheck
 #   bitwise    port vs helion matrix -> data/bitwise_<gpu>.json; NVFP4 fused == unfused ==
@@ -61,14 +63,16 @@ GPU=$($PY -c "from inkling_workbook import provenance; print(provenance.device_s
 START=$SECONDS
 
 if want bench; then
-  echo "=== phase 1, alone on the GPU: benchmark ($(stamp))"
-  run bench $PY -m inkling_workbook bench --cold-l2
-  show bench
+  echo "=== phase 1, alone on the GPU: benchmark, timing-method test, serving measurements ($(stamp))"
+  run bench $PY -m inkling_workbook bench --cold-l2 --no-tune
+  run timing "${PYTEST[@]}" -rs -s -m timing tests
+  run serving $PY -m inkling_workbook serving
+  show bench timing serving
 fi
 
 echo "=== phase 2, sharing the GPU: tests + sanitizer | bitwise + notebooks 04-05 | notebooks 01-03 ($(stamp))"
 (
-  want tests && run tests "${PYTEST[@]}" -rs tests
+  want tests && run tests "${PYTEST[@]}" -rs -m "not timing" tests
   if want sanitize; then
     # Without PYTORCH_NO_CUDA_MEMORY_CACHING the caching allocator hides out-of-bounds accesses.
     export PYTORCH_NO_CUDA_MEMORY_CACHING=1

@@ -1,0 +1,76 @@
+"""What a server sees: PDL in a decode chain, host time per call, compile counts.
+
+* :func:`decode_chain`: one CUDA graph of bf16 GEMM ``[M, 4096] x [4096, 2N]`` -> activation
+  (non-interleaved, N = 1536) -> GEMM ``[M, N] x [N, 4096]``, at decode sizes, replayed like the
+  benchmark (fixed-count graphs, interleaved passes). Three variants: the two GEMMs alone, with
+  the activation launched without PDL, and with PDL. "Back to back" timings of the activation
+  alone (the main sweep's ``triton_pdl`` rows) measure PDL between copies of the same kernel;
+  this chain measures what it saves between a GEMM and the activation and the next GEMM.
+* :func:`host_overhead`: host microseconds per call (no GPU wait), for a bare
+  ``kernel[grid](...)`` launch and for each public entry point, same process, same shapes.
+
+``python -m inkling_workbook serving`` runs both and writes ``data/serving_<gpu>.json``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from . import bench
+
+CHAIN_M = (1, 4, 16)
+CHAIN_N = 1536
+CHAIN_HIDDEN = 4096
+
+
+def decode_chain(ms=CHAIN_M, n: int = CHAIN_N, hidden: int = CHAIN_HIDDEN) -> list[dict]:
+    from inkling_kernels import silu_and_mul
+
+    rows = []
+    for M in ms:
+        x = torch.randn((M, hidden), device="cuda", dtype=torch.bfloat16)
+        w1 = torch.randn((hidden, 2 * n), device="cuda", dtype=torch.bfloat16) / hidden**0.5
+        w2 = torch.randn((n, hidden), device="cuda", dtype=torch.bfloat16) / n**0.5
+        act = torch.randn((M, n), device="cuda", dtype=torch.bfloat16)
+
+        def gemms_only():
+            torch.mm(x, w1)
+            return torch.mm(act, w2)
+
+        def chain(pdl: bool):
+            return torch.mm(silu_and_mul(torch.mm(x, w1), interleaved=False, enable_pdl=pdl), w2)
+
+        timers = {
+            "gemms_only": bench.GraphTimer([gemms_only]),
+            "chain_no_pdl": bench.GraphTimer([lambda: chain(False)]),
+            "chain_pdl": bench.GraphTimer([lambda: chain(True)]),
+        }
+        t = bench.time_interleaved(timers, bench.DECODE_PASSES)
+        ref = torch.mm(silu_and_mul(torch.mm(x, w1), interleaved=False, enable_pdl=False), w2)
+        same = torch.equal(chain(True).view(torch.int16), ref.view(torch.int16))
+        row = {"M": M, "N": n, "hidden": hidden, "pdl_output_bitwise_equal": same}
+        for k, v in t.items():
+            row[f"{k}_us"] = round(v.median_us, 4)
+            row[f"{k}_lo_hi"] = [round(v.lo_us, 4), round(v.hi_us, 4)]
+            row[f"{k}_reps"] = v.reps
+        row["activation_adds_no_pdl_us"] = round(t["chain_no_pdl"].median_us - t["gemms_only"].median_us, 4)
+        row["activation_adds_pdl_us"] = round(t["chain_pdl"].median_us - t["gemms_only"].median_us, 4)
+        rows.append(row)
+    return rows
+
+
+def _host_us(fn, calls: int = 2000, repeats: int = 7) -> dict:
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    per = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        per.append((time.perf_counter() - t0) / calls * 1e6)
+        torch.cuda.synchronize()
+    return {"median_us": round(statistics.median(per), 2), "min_us": round(min(per), 2), "max_us": round(max(per), 2)}
