@@ -14,9 +14,6 @@
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import torch
 
 from . import bench
@@ -62,15 +59,53 @@ def decode_chain(ms=CHAIN_M, n: int = CHAIN_N, hidden: int = CHAIN_HIDDEN) -> li
     return rows
 
 
-def _host_us(fn, calls: int = 2000, repeats: int = 7) -> dict:
-    for _ in range(200):
-        fn()
-    torch.cuda.synchronize()
-    per = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        per.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return {"median_us": round(statistics.median(per), 2), "min_us": round(min(per), 2), "max_us": round(max(per), 2)}
+def compile_count(sizes=(1, 2, 3, 4, 6, 8, 12, 16, 33, 64, 100, 257), hidden: int = 1024, n: int = 768) -> dict:
+    """A small MoE-style module (GEMM -> silu_and_mul -> GEMM) compiled with ``fullgraph=True,
+    dynamic=True`` and called with each batch size: how many graphs dynamo compiled, and whether
+    every output is bitwise equal to the eager module's."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from inkling_kernels import silu_and_mul
+
+    class MoEMLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = torch.nn.Linear(hidden, 2 * n, bias=False, device="cuda", dtype=torch.bfloat16)
+            self.down = torch.nn.Linear(n, hidden, bias=False, device="cuda", dtype=torch.bfloat16)
+
+        def forward(self, x):
+            return self.down(silu_and_mul(self.up(x), interleaved=False))
+
+    torch._dynamo.reset()
+    counters.clear()
+    module = MoEMLP()
+    compiled = torch.compile(module, fullgraph=True, dynamic=True)
+    equal = []
+    with torch.inference_mode():
+        for m in sizes:
+            x = torch.randn((m, hidden), device="cuda", dtype=torch.bfloat16)
+            equal.append(torch.equal(compiled(x).view(torch.int16), module(x).view(torch.int16)))
+    return {
+        "batch_sizes": list(sizes),
+        "unique_graphs": int(counters["stats"]["unique_graphs"]),
+        "graph_breaks": int(sum(counters["graph_break"].values())),
+        "bitwise_equal_to_eager": sum(equal),
+    }
+
+
+def run(out) -> dict:
+    """Everything above, on this GPU, into ``out`` (JSON with provenance)."""
+    import json
+
+    from . import hostbench, provenance
+
+    doc = {"provenance": provenance.collect(), "clock_warmup": bench.warm_clocks()}
+    doc["decode_chain"] = decode_chain()
+    doc["host_overhead"] = {
+        "pdl_off": hostbench.measure_host_overhead(enable_pdl=False),
+        "pdl_on": hostbench.measure_host_overhead(enable_pdl=True),
+    }
+    doc["compile"] = compile_count()
+    provenance.write_record(out, json.dumps(doc, indent=1) + "\n")
+    return doc
