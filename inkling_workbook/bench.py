@@ -236,7 +236,7 @@ def _stream_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr, EVICT: tl.cons
     else:
         a = tl.load(a_ptr + offs, mask=mask)
         b = tl.load(b_ptr + offs, mask=mask)
-    tl.store(out_ptr + offs, a + b, mask=mask)
+    tl.store(out_ptr + offs, (a + b).to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -244,15 +244,17 @@ def _empty_kernel(x_ptr):
     pass
 
 
-def stream_ceiling(numel_out: int, dtype=torch.bfloat16) -> dict:
-    """Best TB/s of plain Triton kernels that read two ``numel_out`` streams and write one, with
-    the cold-L2 rotation of the sweep (two buffer sets at these sizes)."""
-    nbytes = 3 * numel_out * torch.finfo(dtype).bits // 8
+def stream_ceiling(numel_out: int, dtype=torch.bfloat16, out_dtype=None) -> dict:
+    """Best TB/s of plain Triton kernels that read two ``numel_out`` streams and write one (of
+    ``out_dtype``, default ``dtype``: one byte an element is the FP8 op's pattern), with the
+    cold-L2 rotation of the sweep (two buffer sets at these sizes)."""
+    out_dtype = out_dtype or dtype
+    out = torch.empty(numel_out, device="cuda", dtype=out_dtype)
+    nbytes = numel_out * (2 * torch.finfo(dtype).bits // 8 + out.element_size())
     sets = [
         (torch.randn(numel_out, device="cuda").to(dtype), torch.randn(numel_out, device="cuda").to(dtype))
         for _ in range(n_buffer_sets(nbytes, True))
     ]
-    out = torch.empty(numel_out, device="cuda", dtype=dtype)
     best = None
     for block in (1024, 2048, 4096, 8192):
         for warps in (4, 8):
@@ -269,10 +271,11 @@ def stream_ceiling(numel_out: int, dtype=torch.bfloat16) -> dict:
                 if best is None or tbps > best["tbps"]:
                     best = {"tbps": tbps, "block": block, "warps": warps, "evict_first": evict, "us": t.median_us}
                     best.update(lo_us=t.lo_us, hi_us=t.hi_us, reps=t.reps)
-    src = torch.empty(numel_out * 2, device="cuda", dtype=dtype)
-    dst = torch.empty_like(src)
-    t_copy = graph_time([lambda: dst.copy_(src)])
-    best["torch_copy_tbps"] = 2 * src.numel() * src.element_size() / t_copy.median_us / 1e6
+    if out_dtype == dtype:
+        src = torch.empty(numel_out * 2, device="cuda", dtype=dtype)
+        dst = torch.empty_like(src)
+        t_copy = graph_time([lambda: dst.copy_(src)])
+        best["torch_copy_tbps"] = 2 * src.numel() * src.element_size() / t_copy.median_us / 1e6
     best["bytes"] = nbytes
     return best
 
@@ -678,6 +681,62 @@ def bench_nvfp4(ceiling_tbps: float, quick: bool = False, progress: bool = True)
     return rows
 
 
+# ---- FP8 per-token-group -----------------------------------------------------------------------
+
+FP8_IMPLS = {
+    "fused": "the fused Triton kernel (silu_and_mul_fp8_group_quant), outputs preallocated",
+    "unfused": "silu_and_mul then fp8_group_quant (Triton), outputs preallocated",
+    "torch_compile_static": "torch.compile(dynamic=False) of the torch reference of the fused op (all rows)",
+}
+
+
+def bench_fp8(ceilings: dict, quick: bool = False, progress: bool = True) -> list[dict]:
+    """The cases of :mod:`inkling_workbook.fp8_bench`, warm L2, one pass each; ``ceilings`` maps N
+    to the FP8-pattern streaming ceiling (TB/s) measured in this run at M = 49152."""
+    from tqdm.auto import tqdm
+
+    from . import fp8_bench
+
+    _configure_dynamo()
+    cases = fp8_bench.fp8_cases()
+    if quick:
+        cases = [c for c in cases if c["M"] in (16, 49152) and not (c["column_major_scales"] or c["scale_ue8m0"])]
+    rows = []
+    for case in tqdm(cases, desc="fp8 cases", disable=not progress):
+        for name, (fn, nbytes) in fp8_bench.fp8_impls(case).items():
+            t = graph_time([fn])
+            ceiling = ceilings.get(case["N"])
+            rows.append(
+                {
+                    "op": "silu_and_mul_fp8",
+                    "case": case["name"],
+                    "M": case["M"],
+                    "N": case["N"],
+                    "layout": "il" if case["interleaved"] else "nil",
+                    "column_major_scales": case["column_major_scales"],
+                    "scale_ue8m0": case["scale_ue8m0"],
+                    "masked": case["masked_m"] is not None,
+                    "E": case["E"],
+                    "T": case["T"],
+                    "impl": name,
+                    "config": FP8_IMPLS[name],
+                    "l2": "warm",
+                    "median_us": round(t.median_us, 4),
+                    "lo_us": round(t.lo_us, 4),
+                    "hi_us": round(t.hi_us, 4),
+                    "min_us": round(t.min_us, 4),
+                    "max_us": round(t.max_us, 4),
+                    "reps": t.reps,
+                    "rounds": t.rounds,
+                    "passes": t.passes,
+                    "bytes": nbytes,
+                    "tbps": round(nbytes / t.median_us / 1e6, 4),
+                    "ceiling_tbps": round(ceiling, 4) if ceiling else None,
+                }
+            )
+    return rows
+
+
 # ---- driver ----------------------------------------------------------------------------------
 
 
@@ -688,6 +747,12 @@ def write_csv(rows: list[dict], path: str | Path) -> None:
     writer.writeheader()
     writer.writerows(rows)
     provenance.write_record(path, buf.getvalue())
+
+
+def _has_fp8() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("inkling_kernels.fp8") is not None
 
 
 def run(out: str | Path, quick: bool = False, cold: bool = False, tune: bool = True, command=None) -> dict:
@@ -722,6 +787,12 @@ def run(out: str | Path, quick: bool = False, cold: bool = False, tune: bool = T
     meta["nvfp4_impls"] = NVFP4_IMPLS
     nv = bench_nvfp4(ceiling, quick=quick)
     write_csv(nv, provenance.companion(out, "nvfp4"))
+    if _has_fp8():
+        for n in (1536, 3072):
+            meta[f"ceiling_fp8_49152x{n}"] = stream_ceiling(49152 * n, out_dtype=torch.uint8)
+        meta["fp8_impls"] = FP8_IMPLS
+        fp8 = bench_fp8({n: meta[f"ceiling_fp8_49152x{n}"]["tbps"] for n in (1536, 3072)}, quick=quick)
+        write_csv(fp8, provenance.companion(out, "fp8"))
     if tune:
         write_csv(tile_sweep(), provenance.companion(out, "tune"))
     meta["gpu_state_after"] = provenance.gpu_state()

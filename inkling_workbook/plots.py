@@ -147,7 +147,9 @@ def draw_speedup(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
                     )  # fmt: skip
                 dw = wide[(wide.layout == layout) & wide.weighted]
                 if len(dw) and l2 == "warm":
-                    ax.scatter(dw.M, dw[f"vs_{base}"], marker="*", s=50, color="crimson", zorder=4, label="with weights")
+                    ax.scatter(
+                        dw.M, dw[f"vs_{base}"], marker="*", s=50, color="crimson", zorder=4, label="with weights"
+                    )
             ax.axhline(1.0, color="black", lw=0.8)
             ax.set_xscale("log")
             ax.grid(alpha=0.3)
@@ -196,7 +198,8 @@ def draw_bandwidth(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=7)
     axes[0].set_ylabel("effective bandwidth (TB/s)", fontsize=8)
-    axes[0].scatter([], [], s=14, facecolors="none", edgecolors="black", label=f"working set fits in L2 ({l2_mb:.0f} MiB)")
+    fits_label = f"working set fits in L2 ({l2_mb:.0f} MiB)"
+    axes[0].scatter([], [], s=14, facecolors="none", edgecolors="black", label=fits_label)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=5.5, loc="lower center", ncol=4)
     fig.suptitle("silu_and_mul, Triton port: bytes moved / median time (M >= 96)", fontsize=9)
@@ -361,7 +364,8 @@ def targets_table(df: pd.DataFrame, meta: dict, nv: pd.DataFrame | None = None) 
             tb = float(r.tbps.iloc[0])
             rows.append(
                 {
-                    "target": f"M=49152 N={n} {layout}, cold L2: >= 98% of the same-pattern ceiling ({ceiling:.2f} TB/s)",
+                    "target": f"M=49152 N={n} {layout}, cold L2: >= 98% of the same-pattern ceiling "
+                    f"({ceiling:.2f} TB/s)",
                     "measured": f"{tb:.2f} TB/s = {100 * tb / ceiling:.1f}%",
                     "met": tb >= 0.98 * ceiling,
                 }

@@ -139,9 +139,9 @@ def companion(out: str | Path, kind: str) -> Path:
     out = Path(out)
     if kind == "meta":
         return out.with_suffix(".json")
-    if kind in ("nvfp4", "tune"):
+    if kind in ("nvfp4", "fp8", "tune"):
         return out.with_name(f"{kind}_{out.name}")
-    raise ValueError(f"kind must be 'nvfp4', 'tune' or 'meta', got {kind!r}")
+    raise ValueError(f"kind must be 'nvfp4', 'fp8', 'tune' or 'meta', got {kind!r}")
 
 
 def write_record(path: str | Path, text: str) -> Path:
