@@ -24,6 +24,7 @@ COLORS = {
     "torch_eager": "#8C8C8C",
     "fused": "#2CA02C",
     "unfused": "#1F77B4",
+    "torch_compile_static": "#FF7F0E",
 }
 #: What each implementation is called in tables and legends: its configuration, always.
 LABELS = {
@@ -35,7 +36,8 @@ LABELS = {
     "compile_dynamic_m": "torch.compile (M dynamic)",
     "torch_eager": "torch eager",
     "fused": "fused Triton kernel",
-    "unfused": "silu_and_mul + nvfp4_quant (Triton)",
+    "unfused": "silu_and_mul + quant (Triton, two kernels)",
+    "torch_compile_static": "torch.compile (dynamic=False) of the reference",
 }
 SHORT = {
     "triton": "port",
@@ -263,6 +265,94 @@ def draw_nvfp4(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
     return _save(fig, out_stem)
 
 
+def _fp8_plain(df: pd.DataFrame) -> pd.DataFrame:
+    """The FP8 rows without masks or scale options."""
+    return df[~df.masked & ~df.column_major_scales & ~df.scale_ue8m0]
+
+
+def draw_fp8(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
+    """Fused vs unfused vs torch.compile (static) for the FP8 per-token-group op, both layouts."""
+    d = _fp8_plain(df)
+    wide = d.pivot_table(index=["N", "M", "layout"], columns="impl", values="median_us").reset_index()
+    wide = wide.sort_values(["layout", "N", "M"]).reset_index(drop=True)
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    x = np.arange(len(wide))
+    impls = [i for i in ("fused", "unfused", "torch_compile_static") if i in wide]
+    w = 0.8 / len(impls)
+    for i, impl in enumerate(impls):
+        ax.bar(x + (i - (len(impls) - 1) / 2) * w, wide[impl], width=w, label=LABELS[impl], color=COLORS[impl])
+    for xi, r in zip(x, wide.itertuples()):
+        ax.text(xi, max(r.unfused, r.fused) * 1.3, f"{r.unfused / r.fused:.2f}x", ha="center", fontsize=6)
+    ax.set_yscale("log")
+    ax.set_xticks(x, [f"{int(r.M)}\n{int(r.N)}\n{r.layout}" for r in wide.itertuples()], fontsize=6)
+    ax.set_xlabel("M, N, layout (row-major fp32 scales, group 128)", fontsize=8)
+    ax.set_ylabel("median time per call (us, log)", fontsize=8)
+    ax.set_title("SiLU-and-mul + FP8 per-token-group quant, warm L2 (label: unfused / fused)", fontsize=9)
+    ax.legend(fontsize=6.5)
+    fig.text(0.01, 0.005, caption(meta, "warm"), fontsize=5, color="0.3")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return _save(fig, out_stem)
+
+
+def fp8_targets(fp8: pd.DataFrame, silu: pd.DataFrame | None = None) -> list[dict]:
+    """Issue 12's targets against a recorded FP8 sweep."""
+    rows = []
+    big = fp8[(fp8.M == 49152) & ~fp8.masked]
+    wide = big.pivot_table(
+        index=["N", "layout", "column_major_scales", "scale_ue8m0"], columns="impl", values="median_us"
+    ).reset_index()
+    fused = big[big.impl == "fused"]
+    share = fused.tbps / fused.ceiling_tbps
+    rows.append(
+        {
+            "target": f"FP8 fused at M=49152, every layout and option ({len(fused)}): "
+            ">= 97% of the FP8-pattern ceiling",
+            "measured": f"{100 * share.min():.1f}-{100 * share.max():.1f}% ({fused.tbps.min():.2f}-"
+            f"{fused.tbps.max():.2f} TB/s)",
+            "met": bool((share >= 0.97).all()),
+        }
+    )
+    for base, goal in (("unfused", 1.75), ("torch_compile_static", 2.2)):
+        if base in wide:
+            r = wide[base] / wide["fused"]
+            rows.append(
+                {
+                    "target": f"FP8 fused at M=49152, every layout and option: >= {goal}x {LABELS[base]}",
+                    "measured": f"{r.min():.2f}-{r.max():.2f}x",
+                    "met": bool((r >= goal).all()),
+                }
+            )
+    masked = fp8[fp8.masked & (fp8.impl == "fused")]
+    for n in sorted(masked.N.unique()):
+        mm = masked[masked.N == n].sort_values("M")
+        if len(mm) == 2:
+            part, full = mm.iloc[0], mm.iloc[1]
+            per_row = (part.median_us / part.M) / (full.median_us / full.M)
+            rows.append(
+                {
+                    "target": f"FP8 masked (E={int(full.E)}, T={int(full.T)}, N={n}): time proportional to rows "
+                    "present (per-row time within 25% of the full case)",
+                    "measured": f"{int(part.M)} rows {part.median_us:.2f} us vs {int(full.M)} rows "
+                    f"{full.median_us:.2f} us: per-row {per_row:.2f}x",
+                    "met": bool(per_row <= 1.25),
+                }
+            )
+    if silu is not None and "triton_pdl" in set(silu.impl):
+        dec = fp8[(fp8.M == 16) & (fp8.impl == "fused") & ~fp8.masked & ~fp8.column_major_scales & ~fp8.scale_ue8m0]
+        ref = silu[(silu.M == 16) & (silu.impl == "triton_pdl") & (silu.l2 == "warm") & ~silu.weighted]
+        both = dec.merge(ref, on=["N", "layout"], suffixes=("", "_silu"))
+        if len(both):
+            gap = both.median_us - both.median_us_silu
+            rows.append(
+                {
+                    "target": "FP8 fused at decode (M=16): within 0.2 us of silu_and_mul alone (both with PDL)",
+                    "measured": f"{gap.min():+.2f} to {gap.max():+.2f} us ({len(both)} shapes)",
+                    "met": bool((gap <= 0.2).all()),
+                }
+            )
+    return rows
+
+
 def _save(fig, stem: Path) -> list[Path]:
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
@@ -286,6 +376,9 @@ def draw_all(data_dir: Path, fig_dir: Path) -> list[Path]:
         nv = companion(csv_path, "nvfp4")
         if nv.exists():
             written += draw_nvfp4(pd.read_csv(nv), meta, fig_dir / f"nvfp4_{gpu}")
+        fp8 = companion(csv_path, "fp8")
+        if fp8.exists():
+            written += draw_fp8(pd.read_csv(fp8), meta, fig_dir / f"fp8_{gpu}")
     return written
 
 
@@ -307,7 +400,9 @@ def misses(df: pd.DataFrame, base: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["shape", "l2", "ratio"])
 
 
-def targets_table(df: pd.DataFrame, meta: dict, nv: pd.DataFrame | None = None) -> pd.DataFrame:
+def targets_table(
+    df: pd.DataFrame, meta: dict, nv: pd.DataFrame | None = None, fp8: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """The issues' targets next to what the recorded run measured (ties within the spread met)."""
     warm = speedup_table(df, "warm")
     decode = warm[warm.M <= 16]
@@ -389,6 +484,8 @@ def targets_table(df: pd.DataFrame, meta: dict, nv: pd.DataFrame | None = None) 
                 "met": bool((share >= 0.85).all()),
             }
         )
+    if fp8 is not None and not fp8.empty:
+        rows += fp8_targets(fp8, df)
     return pd.DataFrame(rows)
 
 
@@ -401,8 +498,9 @@ def summary_markdown(data_dir: Path, gpu: str = "h200") -> str:
     """The README's tables, generated from the recorded CSVs."""
     csv_path = data_dir / f"bench_{gpu}.csv"
     df, meta = load_bench(csv_path)
-    nv_path = companion(csv_path, "nvfp4")
+    nv_path, fp8_path = companion(csv_path, "nvfp4"), companion(csv_path, "fp8")
     nv = pd.read_csv(nv_path) if nv_path.exists() else None
+    fp8 = pd.read_csv(fp8_path) if fp8_path.exists() else None
     impls = [i for i in ("triton", "triton_pdl", *BASELINES) if i in set(df.impl)]
     head = ["M", "N", "layout", "w", "L2", *[SHORT[i] for i in impls], *[f"vs {SHORT[b]}" for b in HEADLINE]]
     lines = [
@@ -428,7 +526,7 @@ def summary_markdown(data_dir: Path, gpu: str = "h200") -> str:
         cells += [_cell(r, b) if pd.notna(getattr(r, f"vs_{b}", np.nan)) else "-" for b in HEADLINE]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "| target | measured | met |", "|---|---|---|"]
-    for r in targets_table(df, meta, nv).itertuples():
+    for r in targets_table(df, meta, nv, fp8).itertuples():
         lines.append(f"| {r.target} | {r.measured} | {'yes' if r.met else '**no**'} |")
     return "\n".join(lines) + "\n"
 
