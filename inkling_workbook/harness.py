@@ -98,10 +98,17 @@ def run_case(case: Case, device: torch.device, seed: int = 0) -> dict:
     other_layout = silu_and_mul(x_other, w, out_dtype, interleaved=not case.interleaved, out=poison())
     del x_other
     row = {"case": case.name, **asdict(case)}
+    row["port_vs_helion_sm90"] = None
     if helion_original.available():
         helion = helion_original.silu_and_mul_helion(x, w, out_dtype, interleaved=case.interleaved, out=poison())
         row["port_vs_helion"] = bits_equal(port, helion)
         del helion
+        if helion_original.sm90_config_index(2 * case.N, case.weighted) is not None and x.is_contiguous():
+            helion = helion_original.silu_and_mul_helion(
+                x, w, out_dtype, interleaved=case.interleaved, out=poison(), config="sm90_table"
+            )
+            row["port_vs_helion_sm90"] = bits_equal(port, helion)
+            del helion
     else:
         row["port_vs_helion"] = None
     row["layouts_equal"] = bits_equal(port, other_layout)
@@ -118,6 +125,7 @@ def run_case(case: Case, device: torch.device, seed: int = 0) -> dict:
     row["max_ulp_vs_ref"] = worst
     row["ok"] = bool(
         (row["port_vs_helion"] is not False)
+        and (row["port_vs_helion_sm90"] is not False)
         and row["layouts_equal"]
         and row["rerun_equal"]
         and row["finite"]
@@ -154,6 +162,9 @@ def tally(rows: list[dict]) -> str:
     else:
         same = sum(bool(r["port_vs_helion"]) for r in rows)
         head = f"{same}/{n} bitwise identical"
+    table = [r for r in rows if r.get("port_vs_helion_sm90") is not None]
+    if table:
+        head += f"; vs helion with the sm_90 table {sum(r['port_vs_helion_sm90'] for r in table)}/{len(table)}"
     layouts = sum(r["layouts_equal"] for r in rows)
     reruns = sum(r["rerun_equal"] for r in rows)
     finite = sum(r["finite"] for r in rows)
@@ -169,10 +180,10 @@ def all_ok(rows: list[dict]) -> bool:
 
 
 def format_table(rows: list[dict]) -> str:
-    cols = ["case", "port_vs_helion", "layouts_equal", "rerun_equal", "finite", "max_ulp_vs_ref"]
-    widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in cols]
+    cols = ["case", "port_vs_helion", "port_vs_helion_sm90", "layouts_equal", "rerun_equal", "finite", "max_ulp_vs_ref"]
+    widths = [max(len(c), *(len(str(r.get(c))) for r in rows)) for c in cols]
     lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
-    lines += ["  ".join(str(r[c]).ljust(w) for c, w in zip(cols, widths)) for r in rows]
+    lines += ["  ".join(str(r.get(c)).ljust(w) for c, w in zip(cols, widths)) for r in rows]
     return "\n".join(lines)
 
 
