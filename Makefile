@@ -5,14 +5,20 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 export PYTHONUNBUFFERED := 1
+# PIN=1 (the default under CI) installs the published stack of constraints.txt (torch aside);
+# without it the package's ranges apply, so a GPU workstation keeps the triton its torch needs.
+PIN ?= $(if $(CI),1,)
+NEWEST := .venv-newest
+NEWEST_TESTS := tests/test_silu_and_mul.py tests/test_nvfp4.py -k "not fused_equals or 768 or 128"
 
-.PHONY: run test lint unit nbval lab figures wheels gpu-job publish reliability clean
+.PHONY: run test test-newest lint unit nbval lab figures wheels gpu-job publish reliability clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "torch==2.13.0" || $(BIN)/python -m pip install -q "torch>=2.11"
-	$(BIN)/python -m pip install -q -e ".[notebooks,test,helion,browser]"
+	grep -v '^torch==' constraints.txt > $(VENV)/constraints-pinned.txt
+	$(BIN)/python -m pip install -q $(if $(PIN),-c $(VENV)/constraints-pinned.txt) -e ".[notebooks,test,helion,browser]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)
 
@@ -24,6 +30,17 @@ run: $(STAMP)
 
 ## make test: lint, unit tests, then nbval over notebooks/ (CPU: Triton interpreter; GPU: compiled)
 test: $(STAMP) lint unit nbval
+
+## make test-newest: the kernel tests again under the newest triton the index serves (CI runs it
+## after make test). torch stays the CPU build 2.13.0: PyPI's newer torch builds are CUDA builds
+## of several GB, more than CI can download in its budget.
+test-newest:
+	test -x $(NEWEST)/bin/python || $(PY) -m venv $(NEWEST)
+	$(NEWEST)/bin/python -m pip install -q "torch==2.13.0"
+	$(NEWEST)/bin/python -m pip install -q --upgrade "triton>=3.6" "numpy>=1.26" "pytest>=8"
+	$(NEWEST)/bin/python -m pip install -q --no-deps -e .
+	$(NEWEST)/bin/python -c "import torch, triton; print('newest pair: torch', torch.__version__, 'triton', triton.__version__)"
+	$(NEWEST)/bin/python -m pytest -q -p no:cacheprovider $(NEWEST_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check inkling_kernels inkling_workbook tests tools notebooks
