@@ -531,15 +531,78 @@ def summary_markdown(data_dir: Path, gpu: str = "h200") -> str:
     return "\n".join(lines) + "\n"
 
 
-def update_readme(readme: Path, data_dir: Path) -> bool:
-    """Rewrite the block between the summary markers of the README; True if it changed."""
-    start, end = "<!-- summary:start -->", "<!-- summary:end -->"
-    text = readme.read_text()
-    if start not in text or end not in text or not (data_dir / "bench_h200.csv").exists():
-        return False
+def serving_markdown(data_dir: Path, gpu: str = "h200") -> str:
+    """The README's serving tables, from ``data/serving_<gpu>.json``."""
+    doc = json.loads((data_dir / f"serving_{gpu}.json").read_text())
+    prov = doc["provenance"]
+    lines = [
+        f"Measured on {prov.get('device')} ({prov.get('date_utc', '')[:10]}, torch {prov.get('torch')}, triton "
+        f"{prov.get('triton')}, commit {prov.get('git_commit')}). Source: `data/serving_{gpu}.json`.",
+        "",
+        "Decode chain in one CUDA graph: bf16 GEMM `[M, 4096] x [4096, 3072]` -> `silu_and_mul` "
+        "(non-interleaved, N = 1536) -> GEMM `[M, 1536] x [1536, 4096]`; median us per chain, "
+        "[lo, hi] over three interleaved passes:",
+        "",
+        "| M | the two GEMMs alone | with the activation, PDL off | with the activation, PDL on | activation adds, "
+        "PDL off | activation adds, PDL on | PDL output bitwise equal |",
+        "|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in doc["decode_chain"]:
+        cells = [str(r["M"])]
+        for k in ("gemms_only", "chain_no_pdl", "chain_pdl"):
+            lo, hi = r[f"{k}_lo_hi"]
+            cells.append(f"{r[f'{k}_us']:.2f} [{lo:.2f}, {hi:.2f}]")
+        cells += [f"{r['activation_adds_no_pdl_us']:.2f}", f"{r['activation_adds_pdl_us']:.2f}"]
+        cells.append("yes" if r["pdl_output_bitwise_equal"] else "**no**")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Host time per call (M = 4, N = 1536; the median of 7 rounds of 2000 calls, no GPU wait):", ""]
+    lines += ["| call | PDL off (us) | PDL on (us) |", "|---|---:|---:|"]
+    off, on = doc["host_overhead"]["pdl_off"], doc["host_overhead"]["pdl_on"]
+    for key, label in HOST_ROWS:
+        if key in off:
+            fmt = "{:.2f}x" if key.endswith("ratio") else "{:.1f}"
+            lines.append(f"| {label} | {fmt.format(off[key])} | {fmt.format(on[key])} |")
+    c = doc["compile"]
+    lines += [
+        "",
+        f"`torch.compile(fullgraph=True, dynamic=True)` of a GEMM -> `silu_and_mul` -> GEMM module over "
+        f"{len(c['batch_sizes'])} batch sizes ({', '.join(map(str, c['batch_sizes']))}): "
+        f"{c['unique_graphs']} graph(s) compiled, {c['graph_breaks']} graph breaks, "
+        f"{c['bitwise_equal_to_eager']}/{len(c['batch_sizes'])} outputs bitwise equal to eager.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+HOST_ROWS = [
+    ("bare_silu_kernel_us", "bare `silu_and_mul_interleaved_kernel[grid](...)` (Triton's launcher)"),
+    ("silu_and_mul_out_us", "`ik.silu_and_mul(gateup, out=out)`"),
+    ("op_silu_and_mul_out_us", "`torch.ops.inkling.silu_and_mul_out(...)`"),
+    ("op_silu_and_mul_us", "`torch.ops.inkling.silu_and_mul(...)` (allocates)"),
+    ("bare_nvfp4_kernel_us", "bare `nvfp4_quant_kernel[grid](...)`"),
+    ("fused_nvfp4_out_us", "`ik.silu_and_mul_nvfp4_quant(..., out=(packed, scales))`"),
+    ("fused_nvfp4_defaults_us", "`ik.silu_and_mul_nvfp4_quant(gateup, gs, eo)` (defaults: value checks, host read)"),
+    ("silu_ratio", "`silu_and_mul(out=)` / bare launch (target <= 1.3)"),
+    ("fused_ratio", "fused NVFP4 with `out` / bare silu launch (target <= 1.5)"),
+]
+
+
+def _replace_block(text: str, name: str, body: str) -> str:
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    if start not in text or end not in text:
+        return text
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
-    new = f"{head}{start}\n{summary_markdown(data_dir)}{end}{tail}"
+    return f"{head}{start}\n{body}{end}{tail}"
+
+
+def update_readme(readme: Path, data_dir: Path) -> bool:
+    """Rewrite the generated blocks of the README (summary, serving); True if it changed."""
+    text = readme.read_text()
+    new = text
+    if (data_dir / "bench_h200.csv").exists():
+        new = _replace_block(new, "summary", summary_markdown(data_dir))
+    if (data_dir / "serving_h200.json").exists():
+        new = _replace_block(new, "serving", serving_markdown(data_dir))
     if new != text:
         readme.write_text(new)
     return new != text
