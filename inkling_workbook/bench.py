@@ -14,13 +14,14 @@ Method (per implementation and shape):
    sets to move at least three times the L2 (read from the device) between two uses of a set,
    and each call's output stays alive for one rotation, so outputs rotate as well.
 5. Replay the graph ``rounds`` (10) times, each timed with CUDA events; per-call time = replay
-   time / calls. Decode shapes (M <= 16) are timed in three passes interleaved across the
-   implementations (pass 1: every implementation, then pass 2, ...); each pass replays every
-   implementation's graph ``rounds`` times.
+   time / calls. Every shape is timed in passes interleaved across the implementations (pass 1:
+   every implementation, then pass 2, ..., the order rotated from pass to pass), three at
+   decode sizes (M <= 16) and two otherwise; each pass replays every graph ``rounds`` times.
+   The SM clock is read after each shape.
 6. Report the median over all replays and the spread: ``lo_us``/``hi_us`` are the lowest and
-   highest per-pass median where there are several passes, else the 25th and 75th percentiles
-   of the replays (``min_us``/``max_us`` keep the extremes). Two timings whose [lo, hi] ranges
-   overlap are a tie.
+   highest per-pass median (with a single pass, the replays' quartiles; ``min_us``/``max_us``
+   keep the extremes). Two timings whose [lo, hi] ranges overlap, widened by the run-to-run
+   reproducibility that the publishing job measures (notebook 06 re-times a subset), are a tie.
 7. Every implementation allocates its output (inside a captured graph an allocation costs
    nothing at replay), so all follow the same output policy.
 8. Effective bandwidth = bytes the op must move (reads + writes, counted, not measured) / time.
@@ -58,6 +59,7 @@ MIN_REPLAY_US = 1000.0  # and enough of them for a replay of at least this long
 MAX_CALLS = 20000
 ROUNDS = 10  # timed replays per pass
 DECODE_PASSES = 3
+OTHER_PASSES = 2  # replays are cheap next to captures and compiles: every shape gets interleaved passes
 DECODE_MAX_M = 16
 COLD_FACTOR = 3  # cold L2: rotate over at least this many L2s of data
 MAX_COLD_SETS = 4096
@@ -388,10 +390,26 @@ IMPLS = {
 BASELINES = ("helion_sm90", "helion_fixed", "compile_static", "compile_dynamic_m", "torch_eager")
 
 
-def _supports_pdl() -> bool:
-    import inspect
+DYNAMIC_M_COMPILE_AT = 8192
+_dynamic_warmed: set = set()
 
-    return "enable_pdl" in inspect.signature(silu_and_mul).parameters
+
+def _warm_dynamic_m(shape: Shape) -> None:
+    """Compile the M-dynamic baseline of this (N, layout, weights) at a large M first, as a server
+    compiles at its largest batch: inductor picks tiles from the size hint of the first input, so
+    a graph first compiled at M = 4 would be a decode-tuned kernel timed at M = 49152. (M = 1 is
+    specialized by torch's 0/1 rule whatever is marked, so it gets its own static graph.)"""
+    key = (shape.N, shape.interleaved, shape.weighted)
+    if key in _dynamic_warmed:
+        return
+    M = DYNAMIC_M_COMPILE_AT
+    x = torch.randn((M, 2 * shape.N), device="cuda", dtype=torch.bfloat16)
+    w = torch.rand(M, device="cuda") if shape.weighted else None
+    torch._dynamo.mark_dynamic(x, 0)
+    if w is not None:
+        torch._dynamo.mark_dynamic(w, 0)
+    compiled_ref("dynamic_m")(x, w, shape.interleaved)
+    _dynamic_warmed.add(key)
 
 
 def implementations(shape: Shape) -> dict[str, tuple[Callable, str]]:
@@ -399,26 +417,26 @@ def implementations(shape: Shape) -> dict[str, tuple[Callable, str]]:
     il = shape.interleaved
     cfg = launch_config(shape.M, shape.N)
     tile = f"{cfg.BLOCK_M}x{cfg.BLOCK_N}/{cfg.num_warps}w"
-    impls: dict[str, tuple[Callable, str]] = {}
-    if _supports_pdl():
-        impls["triton"] = (lambda x, w: silu_and_mul(x, w, interleaved=il, enable_pdl=False), f"port {tile}, PDL off")
-        impls["triton_pdl"] = (lambda x, w: silu_and_mul(x, w, interleaved=il, enable_pdl=True), f"port {tile}, PDL on")
-    else:
-        impls["triton"] = (lambda x, w: silu_and_mul(x, w, interleaved=il), f"port {tile}")
-    if helion_original.available():
-        two_n = 2 * shape.N
-        if helion_original.sm90_config_index(two_n, shape.weighted) is not None:
-            impls["helion_sm90"] = (
-                lambda x, w: helion_original.silu_and_mul_helion(x, w, interleaved=il, config="sm90_table"),
-                helion_original.config_label("sm90_table", two_n, shape.weighted)
-                + ("" if il else " (interleaved table)"),
-            )
-        impls["helion_fixed"] = (
-            lambda x, w: helion_original.silu_and_mul_helion(x, w, interleaved=il, config="fixed"),
-            helion_original.config_label("fixed"),
+    impls: dict[str, tuple[Callable, str]] = {
+        "triton": (lambda x, w: silu_and_mul(x, w, interleaved=il, enable_pdl=False), f"port {tile}, PDL off"),
+        "triton_pdl": (lambda x, w: silu_and_mul(x, w, interleaved=il, enable_pdl=True), f"port {tile}, PDL on"),
+    }
+    if not helion_original.available():
+        raise SystemExit(f"the benchmark needs the helion originals: {helion_original.INSTALL_HINT}")
+    two_n = 2 * shape.N
+    if helion_original.sm90_config_index(two_n, shape.weighted) is not None:
+        impls["helion_sm90"] = (
+            lambda x, w: helion_original.silu_and_mul_helion(x, w, interleaved=il, config="sm90_table"),
+            helion_original.config_label("sm90_table", two_n, shape.weighted) + ("" if il else " (interleaved table)"),
         )
+    impls["helion_fixed"] = (
+        lambda x, w: helion_original.silu_and_mul_helion(x, w, interleaved=il, config="fixed"),
+        helion_original.config_label("fixed"),
+    )
     static, dynamic = compiled_ref("static"), compiled_ref("dynamic_m")
     impls["compile_static"] = (lambda x, w: static(x, w, il), "torch.compile dynamic=False")
+
+    _warm_dynamic_m(shape)
 
     def dyn(x, w):
         torch._dynamo.mark_dynamic(x, 0)
@@ -426,7 +444,7 @@ def implementations(shape: Shape) -> dict[str, tuple[Callable, str]]:
             torch._dynamo.mark_dynamic(w, 0)
         return dynamic(x, w, il)
 
-    impls["compile_dynamic_m"] = (dyn, "torch.compile, M dynamic")
+    impls["compile_dynamic_m"] = (dyn, "torch.compile, M dynamic (compiled at M=8192)")
     impls["torch_eager"] = (lambda x, w: silu_and_mul_ref(x, w, interleaved=il), "eager, fp32 math")
     return impls
 
@@ -479,7 +497,7 @@ def bench_silu(
         it.set_postfix_str(shape.label)
         nbytes = silu_bytes(shape.M, shape.N, shape.weighted)
         modes = ["warm"] + (["cold"] if cold and cold_feasible(nbytes) else [])
-        passes = DECODE_PASSES if shape.M <= DECODE_MAX_M else 1
+        passes = DECODE_PASSES if shape.M <= DECODE_MAX_M else OTHER_PASSES
         impls = {k: v for k, v in implementations(shape).items() if not impl_filter or k in impl_filter}
         for mode in modes:
             bufs = _buffers(shape, n_buffer_sets(nbytes, mode == "cold"))
@@ -487,8 +505,9 @@ def bench_silu(
             for name, (fn, _) in impls.items():
                 timers[name] = GraphTimer([lambda fn=fn, b=b: fn(*b) for b in bufs])
             timings = time_interleaved(timers, passes)
+            clock = provenance.gpu_state().get("sm_clock_mhz")
             for name, t in timings.items():
-                rows.append(_row(shape, name, impls[name][1], mode, t, nbytes, ceiling_tbps))
+                rows.append({**_row(shape, name, impls[name][1], mode, t, nbytes, ceiling_tbps), "sm_clock_mhz": clock})
             for timer in timers.values():
                 timer.close()
             del timers, bufs
@@ -645,13 +664,14 @@ def bench_nvfp4(ceiling_tbps: float, quick: bool = False, progress: bool = True)
             silu_and_mul(gateup, interleaved=False, out=act)
             nvfp4_quant(act, gs, expert_offsets=eo, blockscale_offsets=bo, out=out, validate=False)
 
+        # bytes: the unfused path's own traffic for "unfused"; what the fused op must move otherwise
         impls = {
             "fused": (fused, True),
             "unfused": (unfused, False),
-            "compile_static": (lambda: compiled(gateup, row_gs), False),
+            "compile_static": (lambda: compiled(gateup, row_gs), True),
         }
         if M <= NVFP4_EAGER_MAX_M:  # 45-90 ms a call at M = 49152: a strawman not worth the GPU time
-            impls["torch_eager"] = (lambda: _nvfp4_fused_ref(gateup, row_gs), False)
+            impls["torch_eager"] = (lambda: _nvfp4_fused_ref(gateup, row_gs), True)
         fused_bytes = nvfp4_bytes(M, N, True, rows_pad)
         for name, (fn, is_fused) in impls.items():
             nbytes = nvfp4_bytes(M, N, is_fused, rows_pad)
