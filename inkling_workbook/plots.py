@@ -67,7 +67,8 @@ def caption(meta: dict, l2: str = "warm and cold") -> str:
     return (
         f"{meta.get('device', '?')}, driver {meta.get('driver', '?')}; torch {meta.get('torch', '?')}, "
         f"triton {meta.get('triton', '?')}, helion {meta.get('helion', '?')}; {meta.get('date_utc', '?')[:10]}; "
-        f"CUDA-graph replay of >= 100 calls and >= 1 ms, median of 10 replays a pass, passes interleaved across implementations (3 at decode, 2 otherwise); "
+        "CUDA-graph replay of >= 100 calls and >= 1 ms, median of 10 replays a pass, passes interleaved "
+        "across implementations (3 at decode, 2 otherwise); "
         f"{l2} L2"
     )
 
@@ -542,7 +543,8 @@ def summary_markdown(data_dir: Path, gpu: str = "h200") -> str:
         f"Measured on {meta.get('device')} (driver {meta.get('driver')}, torch {meta.get('torch')}, "
         f"triton {meta.get('triton')}, helion {meta.get('helion')}, {meta.get('date_utc', '')[:10]}, "
         f"commit {meta.get('git_commit')}). Median us per call over CUDA-graph replays of >= 100 calls and "
-        f">= 1 ms, in passes interleaved across implementations (3 at decode, 2 otherwise); warm L2 and cold L2 (inputs rotated over >= 3x the "
+        ">= 1 ms, in passes interleaved across implementations (3 at decode, 2 otherwise); warm L2 and cold L2 "
+        "(inputs rotated over >= 3x the "
         f"{meta.get('l2_bytes', 0) / 2**20:.0f} MiB L2) side by side; every implementation allocates its "
         "output. Ratios are baseline / port; a ratio whose measured ranges overlap, each widened by the "
         "run-to-run reproducibility measured in the same job ("
