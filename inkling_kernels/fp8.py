@@ -230,6 +230,27 @@ def _span(t: torch.Tensor) -> tuple[int, int]:
     return lo, t.data_ptr() + (max(0, last) + 1) * t.element_size()
 
 
+def _self_overlapping(t: torch.Tensor) -> bool:
+    """Whether two elements of ``t`` share memory (dims ordered by stride, each must clear the last)."""
+    dims = sorted((st, sz) for sz, st in zip(t.shape, t.stride(), strict=True) if sz > 1)
+    extent = 1
+    for st, sz in dims:
+        if st < extent:
+            return True
+        extent = st * sz
+    return False
+
+
+def _canonical_scales(scales: torch.Tensor, lead, G: int, column_major: bool) -> bool:
+    """Whether ``scales`` is laid out exactly as the op allocates it, padding storage included:
+    then (column-major) the kernel also zero-fills the padding rows. Any other non-overlapping
+    layout (e.g. a copy torch.compile made) gets the values only."""
+    shape, strides, storage = _scale_shape(tuple(lead), G, column_major)
+    if any(sz > 1 and st != want for sz, st, want in zip(shape, scales.stride(), strides, strict=True)):
+        return False
+    return scales.untyped_storage().nbytes() // 4 - scales.storage_offset() >= storage
+
+
 def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.device != b.device:
         return False
@@ -284,21 +305,19 @@ def _check_out(
         raise TypeError(f"out[0] (q) must have dtype float8_e4m3fn, got {q.dtype}")
     if tuple(q.shape) != (*lead, N):
         raise ValueError(f"out[0] (q) must have shape {(*lead, N)}, got {tuple(q.shape)}")
-    if q.stride(-1) != 1 or (q.dim() == 2 and q.shape[0] > 1 and q.stride(0) < N):
-        raise ValueError(f"out[0] (q) must have contiguous rows, got strides {q.stride()}")
-    if q.dim() == 3 and q.shape[0] > 1 and q.stride(0) < q.shape[1] * q.stride(1):
-        raise ValueError(f"out[0] (q) experts overlap: strides {q.stride()}")
+    if q.stride(-1) != 1 or _self_overlapping(q):
+        raise ValueError(f"out[0] (q) must have unit stride in its last dimension and no overlap, got {q.stride()}")
     if scales.dtype != torch.float32:
         raise TypeError(f"out[1] (scales) must have dtype float32, got {scales.dtype}")
-    shape, strides, storage = _scale_shape(tuple(lead), G, column_major)
+    shape, _, _ = _scale_shape(tuple(lead), G, column_major)
     if tuple(scales.shape) != shape:
         raise ValueError(f"out[1] (scales) must have shape {shape}, got {tuple(scales.shape)}")
-    if tuple(scales.stride()) != strides and scales.numel() > 1:
-        layout = "column-major (padded to a multiple of 4 rows)" if column_major else "row-major contiguous"
-        raise ValueError(f"out[1] (scales) must be {layout} with strides {strides}, got {tuple(scales.stride())}")
-    room = scales.untyped_storage().nbytes() // 4 - scales.storage_offset()
-    if room < storage:
-        raise ValueError(f"out[1] (scales) needs {storage} fp32 elements of storage (padding included), has {room}")
+    unit = -2 if column_major else -1  # the dimension that must be contiguous
+    if scales.shape[unit] > 1 and scales.stride(unit) != 1:
+        layout = "column-major (unit stride along rows)" if column_major else "row-major (unit stride along groups)"
+        raise ValueError(f"out[1] (scales) must be {layout}, got strides {tuple(scales.stride())}")
+    if _self_overlapping(scales):
+        raise ValueError(f"out[1] (scales) elements overlap: strides {tuple(scales.stride())}")
     if _overlaps(q, scales):
         raise ValueError("out[0] (q) and out[1] (scales) overlap in memory")
     for name, t in inputs.items():
@@ -317,11 +336,9 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         q, scales = out
     if E == 0 or T == 0:
         return q, scales
-    t_pad = _round_up(T, 4) if column_major else T
-    if column_major:
-        s_strides = (G * t_pad, 1, t_pad)
-    else:
-        s_strides = (T * G, G, 1)
+    pad = column_major and (out is None or _canonical_scales(scales, lead, G, column_major))
+    t_pad = _round_up(T, 4) if pad else T
+    s_strides = tuple(scales.stride()) if scales.dim() == 3 else (0, *scales.stride())
     x3 = src if src.dim() == 3 else src.unsqueeze(0)
     q3 = q if q.dim() == 3 else q.unsqueeze(0)
     w_strides = (0, 0)
@@ -330,7 +347,11 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
     interpreted = _backend.uses_interpreter(device)
     block_m, block_g, warps = _launch_config(T, G, group_size, interpreted)
     grid = (triton.cdiv(t_pad, block_m) * triton.cdiv(G, block_g), E)
-    int64 = max(E * max(x3.stride(0), 1), T * max(x3.stride(1), 1), E * T * N, E * t_pad * G) >= INT32_LIMIT
+    s_extent = sum((n - 1) * st for n, st in zip((E, t_pad, G), s_strides, strict=True)) + 1
+    int64 = (
+        max(E * max(x3.stride(0), 1), T * max(x3.stride(1), 1), E * q3.stride(0), T * q3.stride(1), s_extent)
+        >= INT32_LIMIT
+    )
     kwargs = {"launch_pdl": True} if enable_pdl else {}
     _backend.launch(
         _fp8_group_kernel,
@@ -534,13 +555,13 @@ def _via_ops(name, inputs, out, group_size, ue8m0, column_major, enable_pdl, mas
     return out[0], out[1]
 
 
-def _quant_impl(x, group_size, scale_ue8m0, column_major_scales, enable_pdl):
+def _quant_impl(x, group_size=128, scale_ue8m0=False, column_major_scales=False, enable_pdl=None):
     return fp8_group_quant(
         x, group_size, scale_ue8m0=scale_ue8m0, column_major_scales=column_major_scales, enable_pdl=enable_pdl
     )
 
 
-def _quant_out_impl(x, q, scales, group_size, scale_ue8m0, column_major_scales, enable_pdl):
+def _quant_out_impl(x, q, scales, group_size=128, scale_ue8m0=False, column_major_scales=False, enable_pdl=None):
     fp8_group_quant(
         x,
         group_size,
@@ -551,13 +572,22 @@ def _quant_out_impl(x, q, scales, group_size, scale_ue8m0, column_major_scales, 
     )
 
 
-def _quant_fake(x, group_size, scale_ue8m0, column_major_scales, enable_pdl):
+def _quant_fake(x, group_size=128, scale_ue8m0=False, column_major_scales=False, enable_pdl=None):
     lead = tuple(x.shape[:-1])
     q = torch.empty(x.shape, dtype=FP8_DTYPE, device=x.device)
     return q, empty_scales(lead, x.shape[-1] // group_size, column_major_scales, x.device)
 
 
-def _fused_impl(gateup, topk_weights, interleaved, group_size, scale_ue8m0, column_major_scales, masked_m, enable_pdl):
+def _fused_impl(
+    gateup,
+    topk_weights,
+    interleaved,
+    group_size=128,
+    scale_ue8m0=False,
+    column_major_scales=False,
+    masked_m=None,
+    enable_pdl=None,
+):
     return silu_and_mul_fp8_group_quant(
         gateup,
         topk_weights,
@@ -571,7 +601,16 @@ def _fused_impl(gateup, topk_weights, interleaved, group_size, scale_ue8m0, colu
 
 
 def _fused_out_impl(
-    gateup, topk_weights, interleaved, q, scales, group_size, scale_ue8m0, column_major_scales, masked_m, enable_pdl
+    gateup,
+    topk_weights,
+    interleaved,
+    q,
+    scales,
+    group_size=128,
+    scale_ue8m0=False,
+    column_major_scales=False,
+    masked_m=None,
+    enable_pdl=None,
 ):
     silu_and_mul_fp8_group_quant(
         gateup,
@@ -586,7 +625,16 @@ def _fused_out_impl(
     )
 
 
-def _fused_fake(gateup, topk_weights, interleaved, group_size, scale_ue8m0, column_major_scales, masked_m, enable_pdl):
+def _fused_fake(
+    gateup,
+    topk_weights,
+    interleaved,
+    group_size=128,
+    scale_ue8m0=False,
+    column_major_scales=False,
+    masked_m=None,
+    enable_pdl=None,
+):
     lead = tuple(gateup.shape[:-1])
     N = gateup.shape[-1] // 2
     q = torch.empty((*lead, N), dtype=FP8_DTYPE, device=gateup.device)
@@ -603,7 +651,7 @@ def _register() -> None:
         "fp8_group_quant_out",
         f"(Tensor x, Tensor(a!) q, Tensor(b!) scales, {opts}, bool? enable_pdl=None) -> ()",
         _quant_out_impl,
-        lambda *args: None,
+        lambda *args, **kwargs: None,
     )
     fused_in = "Tensor gateup, Tensor? topk_weights, bool interleaved"
     fused_tail = f"{opts}, Tensor? masked_m=None, bool? enable_pdl=None"
@@ -617,7 +665,7 @@ def _register() -> None:
         "silu_and_mul_fp8_group_quant_out",
         f"({fused_in}, Tensor(a!) q, Tensor(b!) scales, {fused_tail}) -> ()",
         _fused_out_impl,
-        lambda *args: None,
+        lambda *args, **kwargs: None,
     )
 
 
