@@ -619,3 +619,48 @@ def test_gpu_large_fused_equals_unfused(gen):
 
 def test_exports():
     assert ik.fp8_group_quant is fp8_group_quant and "silu_and_mul_fp8_group_quant" in ik.__all__
+
+
+# ---- benchmark cases --------------------------------------------------------------------------
+
+
+def test_fp8_bench_cases_are_data():
+    from inkling_workbook.fp8_bench import MASKED_COUNTS, fp8_bytes, fp8_cases, fp8_impls
+
+    cases = fp8_cases()
+    names = [c["name"] for c in cases]
+    assert len(names) == len(set(names)) == 32
+    grid = {(c["M"], c["N"], c["interleaved"]) for c in cases if c["masked_m"] is None}
+    assert {(M, N) for M, N, _ in grid} == {(M, N) for M in (16, 1024, 8192, 49152) for N in (1536, 3072)}
+    big = [c for c in cases if c["M"] == 49152]
+    assert {(c["column_major_scales"], c["scale_ue8m0"]) for c in big} == {(a, b) for a in (0, 1) for b in (0, 1)}
+    ragged = next(c for c in cases if c["name"] == "masked_ragged_E8_T256_N3072")
+    assert ragged["M"] == sum(MASKED_COUNTS) == 921 and 0 in MASKED_COUNTS and 256 in MASKED_COUNTS
+    assert fp8_bytes(ragged) == 921 * (4 * 3072 + 3072 + 4 * 3072 // 128)
+    if not HAS_CUDA:
+        with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+            fp8_impls(cases[0])
+
+
+@gpu_only
+def test_gpu_fp8_bench_impls_run_and_agree():
+    """Each implementation of a few cases runs; fused and unfused give the same bits on the rows
+    present; the compiled reference's scales equal the fused scales where its silu*mul agrees."""
+    from inkling_workbook.fp8_bench import fp8_cases, fp8_impls
+
+    for case in [c for c in fp8_cases() if c["name"] in ("M1024_N1536_il", "masked_ragged_E8_T256_N1536")]:
+        impls = fp8_impls(case)
+        fq, fs = impls["fused"][0]()
+        uq, us = impls["unfused"][0]()
+        cq, cs = impls["torch_compile_static"][0]()
+        if case["masked_m"] is not None:
+            present = (
+                torch.arange(case["T"], device="cuda")[None, :] < torch.tensor(case["masked_m"], device="cuda")[:, None]
+            )
+            fq, fs, uq, us = fq[present], fs[present], uq[present], us[present]
+        assert bits_equal(fq, uq) and bits_equal(fs, us)
+        assert (
+            cq.dtype == torch.float8_e4m3fn
+            and cq.numel() == case["T" if case["E"] else "M"] * (case["E"] or 1) * case["N"]
+        )
+        assert impls["fused"][1] == case["M"] * (5 * case["N"] + 4 * case["N"] // 128)
