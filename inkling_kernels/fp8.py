@@ -67,7 +67,7 @@ def e4m3_signed_encode_kernel(t_ptr, byte_ptr, n, BLOCK: tl.constexpr):
     tl.store(byte_ptr + offs, _e4m3_signed(t).to(tl.uint8), mask=mask)
 
 
-@triton.jit(do_not_specialize=["T", "T_PAD", "stride_xe", "stride_xm", "stride_qe", "stride_qm", "stride_se"])
+@triton.jit(do_not_specialize=["T", "T_PAD"])
 def _fp8_group_kernel(
     x_ptr,  # ACT_NONE: x[E, T, N]; otherwise gateup[E, T, 2N] in the layout ACT names
     w_ptr,  # [E, T] per-row weights (fused path only, HAS_WEIGHT)
