@@ -11,7 +11,7 @@ Both paths run :func:`_fp8_group_kernel` and follow
 with the shared ``_silu_mul`` helper and rounds it to the activation dtype in registers, exactly
 where the unfused path stores it, so fused == unfused bit for bit. The divisions are IEEE
 (``tl.math.div_rn``; Triton's ``/`` is not, on the GPU) and the rounding to e4m3 is done with
-integer operations (``_e4m3_round`` of the NVFP4 kernel), not with a hardware conversion, so the
+integer operations (``_e4m3_signed``), not with a hardware conversion, so the
 GPU and Triton's interpreter produce the same bytes: the interpreter's own fp32 -> fp8 cast rounds
 half away from zero and does not saturate, unlike the GPU's ``cvt.rn.satfinite``.
 
@@ -36,7 +36,6 @@ import triton.language as tl
 
 from . import _backend
 from ._validate import FLOAT_DTYPES, check_same_device, check_tensor
-from .nvfp4 import _e4m3_round
 from .silu_and_mul import INT32_LIMIT, _silu_mul
 
 ACT_NONE, ACT_INTERLEAVED, ACT_NON_INTERLEAVED = 0, 1, 2
@@ -47,14 +46,23 @@ GROUP_SIZES = (16, 32, 64, 128, 256, 512, 1024)
 @triton.jit
 def _e4m3_signed(t):
     """fp32 -> e4m3fn byte (int32 0..255): clamp to [-448, 448] (+-Inf included), round to
-    nearest even, sign kept (-0 -> 0x80), any NaN -> 0x7F. Integer ops only: the clamp is an
-    integer min on |t|'s bits, so a NaN can never be clamped into a number."""
+    nearest even, sign kept (-0 -> 0x80), any NaN -> 0x7F. No hardware conversion: the GPU and
+    the interpreter execute the same integer and fp32 operations and round identically.
+
+    On the bits of |t|, clamped by an integer ``min`` (so a NaN is never clamped into a number):
+    from 2**-6 up, e4m3 keeps 3 of fp32's 23 mantissa bits, so drop 20 with round-half-to-even on
+    the integer (a carry into the exponent is the next binade by itself) and rebias the exponent
+    (127 -> 7: subtract 120 << 3). Below 2**-6 the grid is the multiples of 2**-9: ``|t| * 512``
+    is exact, and adding 2**23 rounds it to an integer, half to even, in the fp32 add itself.
+    """
     bits = t.to(tl.int32, bitcast=True)
     sign = (bits >> 24) & 0x80
     mag = bits & 0x7FFFFFFF
     is_nan = mag > 0x7F800000
     mag = tl.minimum(mag, 0x43E00000)  # the bits of 448.0: +-Inf and everything above saturate
-    byte, _ = _e4m3_round(mag.to(tl.float32, bitcast=True))
+    normal = ((mag + 0x7FFFF + ((mag >> 20) & 1)) >> 20) - 960
+    small = (mag.to(tl.float32, bitcast=True) * 512.0 + 8388608.0).to(tl.int32, bitcast=True) - 0x4B000000
+    byte = tl.where(mag < 0x3C800000, small, normal)  # 0x3C800000: 2**-6, the smallest normal
     return tl.where(is_nan, 0x7F, byte | sign)
 
 
@@ -470,7 +478,9 @@ def silu_and_mul_fp8_group_quant(
             in fp32.
         masked_m: optional int32/int64 ``[E]`` on gateup's device, 3-D only: rows
             ``t >= masked_m[e]`` of expert e are neither read nor written (their q bytes and
-            scales keep whatever the output held). Stays on the device (CUDA-graph safe).
+            scales keep whatever ``out`` held; in a freshly allocated output they are
+            uninitialized). Values are clamped to ``[0, T]`` in the kernel; the tensor is never
+            read on the host (CUDA-graph safe).
         group_size, scale_ue8m0, column_major_scales, out, enable_pdl: as :func:`fp8_group_quant`.
 
     Returns:
