@@ -556,11 +556,14 @@ def test_gpu_torch_compile_fullgraph_each_op(gen):
         ),
         lambda: fp8_group_quant(x, out=_poisoned_out((100,), 3072, 24, True, "cuda"), column_major_scales=True),
     ]
+    present = torch.arange(64, device="cuda")[None, :] < mm[:, None]  # rows of the masked calls
     for i, fn in enumerate(fns):
         got = torch.compile(fn, fullgraph=True)()
         want = fn()
-        assert bits_equal(got[0], want[0]) and bits_equal(got[1], want[1]), i
         assert got[1].stride() == want[1].stride(), i
+        if i == 2:  # a fresh output: rows past masked_m are uninitialized memory, compare the rest
+            got, want = (got[0][present], got[1][present]), (want[0][present], want[1][present])
+        assert bits_equal(got[0], want[0]) and bits_equal(got[1], want[1]), i
 
 
 @gpu_only
