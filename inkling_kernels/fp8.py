@@ -53,7 +53,8 @@ def _e4m3_signed(t):
     from 2**-6 up, e4m3 keeps 3 of fp32's 23 mantissa bits, so drop 20 with round-half-to-even on
     the integer (a carry into the exponent is the next binade by itself) and rebias the exponent
     (127 -> 7: subtract 120 << 3). Below 2**-6 the grid is the multiples of 2**-9: ``|t| * 512``
-    is exact, and adding 2**23 rounds it to an integer, half to even, in the fp32 add itself.
+    is exact, and adding 2**23 rounds it to an integer, half to even, in the fp32 add itself
+    (the GPU contracts the two into one FMA, which rounds the same exact sum once: same bits).
     """
     bits = t.to(tl.int32, bitcast=True)
     sign = (bits >> 24) & 0x80
