@@ -82,7 +82,7 @@ def _fp8_group_kernel(
     w_ptr,  # [E, T] per-row weights (fused path only, HAS_WEIGHT)
     masked_m_ptr,  # [E] rows present per expert (HAS_MASK)
     q_ptr,  # [E, T, N] e4m3 bytes (a uint8 view of the float8_e4m3fn output)
-    s_ptr,  # fp32 scales; element (e, t, g) at e * stride_se + t * STRIDE_SM + g * stride_sg
+    s_ptr,  # fp32 scales; element (e, t, g) at e * stride_se + t * stride_sm + g * stride_sg
     T,  # rows per expert (M for 2-D inputs)
     T_PAD,  # rows of the scale buffer per expert: T, or round_up(T, 4) for column-major scales
     stride_xe,
