@@ -23,3 +23,8 @@ __all__ = [
     "interpreter_bf16_rounding",
     "__version__",
 ]
+
+# FP8 per-token-group quantization (issue 12); registers torch.ops.inkling.*fp8_group_quant*
+from .fp8 import fp8_group_quant, silu_and_mul_fp8_group_quant  # noqa: E402
+
+__all__ += ["fp8_group_quant", "silu_and_mul_fp8_group_quant"]

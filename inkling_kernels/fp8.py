@@ -1,0 +1,683 @@
+"""FP8 per-token-group quantization, plain and fused with SiLU-and-mul: the Hopper MoE format.
+
+On the H200 the second grouped GEMM of an MoE layer reads its activations as block-scaled FP8
+(DeepSeek style): e4m3 values, one fp32 scale per row and per group of ``group_size`` (default
+128) consecutive elements. Unfused, ``silu_and_mul`` writes ``[M, N]`` bf16 (2N bytes a row) and a
+second kernel reads it back; the fused kernel reads ``gateup`` once (4N bytes a row) and writes
+only the e4m3 bytes (N) and the scales (4N/group_size).
+
+Both paths run :func:`_fp8_group_kernel` and follow
+:data:`inkling_kernels.reference.FP8_GROUP_FORMULA` exactly. The fused path computes silu*mul
+with the shared ``_silu_mul`` helper and rounds it to the activation dtype in registers, exactly
+where the unfused path stores it, so fused == unfused bit for bit. The divisions are IEEE
+(``tl.math.div_rn``; Triton's ``/`` is not, on the GPU) and the rounding to e4m3 is done with
+integer operations (``_e4m3_signed``), not with a hardware conversion, so the
+GPU and Triton's interpreter produce the same bytes: the interpreter's own fp32 -> fp8 cast rounds
+half away from zero and does not saturate, unlike the GPU's ``cvt.rn.satfinite``.
+
+Layouts (``G = N // group_size``):
+
+* 2-D ``x[M, N]`` / ``gateup[M, 2N]``: ``q[M, N]``; ``scales[M, G]`` row-major, or with
+  ``column_major_scales=True`` a ``[M, G]`` view with strides ``(1, Mp)``, ``Mp = round_up(M, 4)``,
+  of a ``[G, Mp]`` buffer (the layout TMA-based grouped GEMMs read); the padding rows
+  ``M..Mp-1`` are written with zeros.
+* 3-D ``x[E, T, N]`` / ``gateup[E, T, 2N]`` (experts x padded tokens): ``q[E, T, N]``;
+  ``scales[E, T, G]`` row-major, or a view with strides ``(G * Tp, 1, Tp)`` of an ``[E, G, Tp]``
+  buffer, ``Tp = round_up(T, 4)``, padding rows zero. With ``masked_m[E]`` (fused op), rows
+  ``t >= masked_m[e]`` are neither read nor written (values are clamped to ``[0, T]`` on the
+  device; nothing is read back on the host).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import _backend
+from ._validate import FLOAT_DTYPES, check_same_device, check_tensor
+from .silu_and_mul import INT32_LIMIT, _silu_mul
+
+ACT_NONE, ACT_INTERLEAVED, ACT_NON_INTERLEAVED = 0, 1, 2
+FP8_DTYPE = torch.float8_e4m3fn
+GROUP_SIZES = (16, 32, 64, 128, 256, 512, 1024)
+
+
+@triton.jit
+def _e4m3_signed(t):
+    """fp32 -> e4m3fn byte (int32 0..255): clamp to [-448, 448] (+-Inf included), round to
+    nearest even, sign kept (-0 -> 0x80), any NaN -> 0x7F. No hardware conversion: the GPU and
+    the interpreter execute the same integer and fp32 operations and round identically.
+
+    On the bits of |t|, clamped by an integer ``min`` (so a NaN is never clamped into a number):
+    from 2**-6 up, e4m3 keeps 3 of fp32's 23 mantissa bits, so drop 20 with round-half-to-even on
+    the integer (a carry into the exponent is the next binade by itself) and rebias the exponent
+    (127 -> 7: subtract 120 << 3). Below 2**-6 the grid is the multiples of 2**-9: ``|t| * 512``
+    is exact, and adding 2**23 rounds it to an integer, half to even, in the fp32 add itself
+    (the GPU contracts the two into one FMA, which rounds the same exact sum once: same bits).
+    """
+    bits = t.to(tl.int32, bitcast=True)
+    sign = (bits >> 24) & 0x80
+    mag = bits & 0x7FFFFFFF
+    is_nan = mag > 0x7F800000
+    mag = tl.minimum(mag, 0x43E00000)  # the bits of 448.0: +-Inf and everything above saturate
+    normal = ((mag + 0x7FFFF + ((mag >> 20) & 1)) >> 20) - 960
+    small = (mag.to(tl.float32, bitcast=True) * 512.0 + 8388608.0).to(tl.int32, bitcast=True) - 0x4B000000
+    byte = tl.where(mag < 0x3C800000, small, normal)  # 0x3C800000: 2**-6, the smallest normal
+    return tl.where(is_nan, 0x7F, byte | sign)
+
+
+@triton.jit
+def e4m3_signed_encode_kernel(t_ptr, byte_ptr, n, BLOCK: tl.constexpr):
+    """Exposes ``_e4m3_signed`` for the format tests (exhaustive sweeps against torch)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    t = tl.load(t_ptr + offs, mask=mask, other=0.0)
+    tl.store(byte_ptr + offs, _e4m3_signed(t).to(tl.uint8), mask=mask)
+
+
+@triton.jit(do_not_specialize=["T", "T_PAD"])
+def _fp8_group_kernel(
+    x_ptr,  # ACT_NONE: x[E, T, N]; otherwise gateup[E, T, 2N] in the layout ACT names
+    w_ptr,  # [E, T] per-row weights (fused path only, HAS_WEIGHT)
+    masked_m_ptr,  # [E] rows present per expert (HAS_MASK)
+    q_ptr,  # [E, T, N] e4m3 bytes (a uint8 view of the float8_e4m3fn output)
+    s_ptr,  # fp32 scales; element (e, t, g) at e * stride_se + t * stride_sm + g * stride_sg
+    T,  # rows per expert (M for 2-D inputs)
+    T_PAD,  # rows of the scale buffer per expert: T, or round_up(T, 4) for column-major scales
+    stride_xe,
+    stride_xm,
+    stride_qe,
+    stride_qm,
+    stride_we,
+    stride_wm,
+    stride_se,
+    stride_sm,
+    stride_sg,
+    N: tl.constexpr,  # activation width, a multiple of GROUP
+    GROUP: tl.constexpr,  # group size, a power of two
+    ACT: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    UE8M0: tl.constexpr,
+    BLOCK_M: tl.constexpr,  # rows a program
+    BLOCK_G: tl.constexpr,  # groups a program
+    INT64: tl.constexpr,
+    USE_PDL: tl.constexpr,
+):
+    G: tl.constexpr = N // GROUP
+    G_TILES: tl.constexpr = (G + BLOCK_G - 1) // BLOCK_G
+    pid = tl.program_id(0)
+    e = tl.program_id(1)
+    pid_m = pid // G_TILES
+    pid_g = pid % G_TILES
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    if INT64:
+        rows = rows.to(tl.int64)
+        e = e.to(tl.int64)
+    if USE_PDL:
+        # everything below may read what the previous kernel wrote (masked_m included)
+        tl.extra.cuda.gdc_wait()
+    n_rows = T
+    if HAS_MASK:
+        n_rows = tl.minimum(tl.load(masked_m_ptr + e).to(tl.int32), T)
+    valid = rows < n_rows  # token rows that are read and written
+    pad = (rows >= T) & (rows < T_PAD)  # padding rows of a column-major scale buffer: scale 0
+    g = pid_g * BLOCK_G + tl.arange(0, BLOCK_G)  # group index along N
+    g_ok = g < G
+    cols = g[None, :, None] * GROUP + tl.arange(0, GROUP)[None, None, :]  # [1, BLOCK_G, GROUP]
+    mask = valid[:, None, None] & g_ok[None, :, None]
+    row_off = e * stride_xe + rows[:, None, None] * stride_xm
+
+    # 1. The activation as stored: x itself, or silu(gate) * up [* w] rounded to the storage dtype.
+    if ACT == 0:
+        y = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0).to(tl.float32)
+    else:
+        if ACT == 1:
+            cols2 = g[None, :, None] * (2 * GROUP) + tl.arange(0, 2 * GROUP)[None, None, :]
+            pairs = tl.load(x_ptr + row_off + cols2, mask=mask, other=0.0)
+            gate, up = tl.split(tl.reshape(pairs, (BLOCK_M, BLOCK_G, GROUP, 2)))
+        else:
+            gate = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0)
+            up = tl.load(x_ptr + row_off + N + cols, mask=mask, other=0.0)
+        a = _silu_mul(gate, up)
+        if HAS_WEIGHT:
+            w = tl.load(w_ptr + e * stride_we + rows * stride_wm, mask=valid, other=0.0, eviction_policy="evict_last")
+            a = a * w.to(tl.float32)[:, None, None]
+        y = a.to(x_ptr.dtype.element_ty).to(tl.float32)
+
+    # 2. One scale per group. |y| as integers: for non-negative floats the integer order is the
+    # float order; NaN (above 0x7F800000) is dropped, +-Inf caps at the largest finite float.
+    mag = y.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+    mag = tl.where(mag > 0x7F800000, 0, mag)
+    amax_bits = tl.minimum(tl.max(mag, axis=2), 0x7F7FFFFF)
+    amax = tl.maximum(amax_bits.to(tl.float32, bitcast=True), 1e-10)
+    s = tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32))
+    if UE8M0:
+        # 2 ** ceil(log2(s)) exactly, on the bits: s is a positive normal float (>= 1e-10 / 448)
+        sb = s.to(tl.int32, bitcast=True)
+        s = (((sb >> 23) + ((sb & 0x7FFFFF) != 0).to(tl.int32)) << 23).to(tl.float32, bitcast=True)
+        # dividing by a power of two is exact scaling, so the product with its exact reciprocal
+        # (a power of two within range) equals the IEEE quotient bit for bit
+        t = y * tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)[:, :, None]
+    else:
+        t = tl.math.div_rn(y, s[:, :, None] + tl.zeros_like(y))
+
+    # 3. e4m3 bytes and the scales.
+    q = _e4m3_signed(t)
+    q_off = e * stride_qe + rows[:, None, None] * stride_qm + cols
+    tl.store(q_ptr + q_off, q.to(tl.uint8), mask=mask)
+    s = tl.where(valid[:, None], s, 0.0)
+    s_off = e * stride_se + rows[:, None] * stride_sm + g[None, :] * stride_sg
+    tl.store(s_ptr + s_off, s, mask=(valid | pad)[:, None] & g_ok[None, :])
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+# ---------------------------------------------------------------------------------------------
+# host side
+
+
+def _round_up(v, m: int):
+    return (v + m - 1) // m * m
+
+
+def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_G, num_warps). Tiles never change a bit of the result (a group never spans
+    two programs; masks cover every tail). On the GPU: about 1024 elements of a row (the widest
+    power-of-two group count dividing G, at most 1024 // group) and, past decode, rows up to
+    4096 elements a program. In the interpreter each op costs the same Python overhead whatever
+    its size, so tiles are much larger there."""
+    if interpreted:
+        block_g = triton.next_power_of_2(G)
+        return max(1, min(256, 65536 // (block_g * group))), block_g, 4
+    block_g = 1
+    while block_g * 2 * group <= 1024 and G % (block_g * 2) == 0:
+        block_g *= 2
+    if rows <= 64:
+        return 1, block_g, 4
+    return max(1, 4096 // (block_g * group)), block_g, 4
+
+
+def _pdl_default(device: torch.device, enable_pdl):
+    if enable_pdl is not None and not isinstance(enable_pdl, bool):
+        raise TypeError(f"enable_pdl must be a bool or None, got {type(enable_pdl).__name__}")
+    capable = device.type == "cuda" and not _backend.uses_interpreter(device)
+    capable = capable and torch.cuda.get_device_capability(device)[0] >= 9
+    if enable_pdl is None:
+        return capable
+    if enable_pdl and not capable:
+        raise ValueError(
+            f"enable_pdl=True needs a CUDA device of compute capability >= 9 running compiled kernels, got {device}"
+        )
+    return enable_pdl
+
+
+def _check_flag(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+
+
+def _check_group_size(group_size, N: int, what: str) -> int:
+    if isinstance(group_size, bool) or not isinstance(group_size, int):
+        raise TypeError(f"group_size must be an int, got {type(group_size).__name__}")
+    if group_size not in GROUP_SIZES:
+        raise ValueError(f"group_size must be a power of two in {GROUP_SIZES}, got {group_size}")
+    if N == 0 or N % group_size:
+        raise ValueError(
+            f"{what} must be a positive multiple of group_size={group_size} (whole groups only), got N={N}"
+        )
+    return N // group_size
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """[first byte, last byte + 1) of the memory a tensor's elements occupy."""
+    if t.numel() == 0:
+        return (t.data_ptr(), t.data_ptr())
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
+    lo = t.data_ptr() + min(0, last) * t.element_size()
+    return lo, t.data_ptr() + (max(0, last) + 1) * t.element_size()
+
+
+def _self_overlapping(t: torch.Tensor) -> bool:
+    """Whether two elements of ``t`` share memory (dims ordered by stride, each must clear the last)."""
+    dims = sorted((st, sz) for sz, st in zip(t.shape, t.stride(), strict=True) if sz > 1)
+    extent = 1
+    for st, sz in dims:
+        if st < extent:
+            return True
+        extent = st * sz
+    return False
+
+
+def _canonical_scales(scales: torch.Tensor, lead, G: int, column_major: bool) -> bool:
+    """Whether ``scales`` is laid out exactly as the op allocates it, padding storage included:
+    then (column-major) the kernel also zero-fills the padding rows. Any other non-overlapping
+    layout (e.g. a copy torch.compile made) gets the values only."""
+    shape, strides, storage = _scale_shape(tuple(lead), G, column_major)
+    if any(sz > 1 and st != want for sz, st, want in zip(shape, scales.stride(), strides, strict=True)):
+        return False
+    return scales.untyped_storage().nbytes() // 4 - scales.storage_offset() >= storage
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.device != b.device:
+        return False
+    (a0, a1), (b0, b1) = _span(a), _span(b)
+    return a0 < b1 and b0 < a1
+
+
+def _scale_shape(lead: tuple[int, ...], G: int, column_major: bool) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """(shape, strides, storage elements) of the scales for leading dims ``(M,)`` or ``(E, T)``."""
+    rows = lead[-1]
+    if not column_major:
+        strides = (rows * G, G, 1) if len(lead) == 2 else (G, 1)
+        return (*lead, G), strides, max(1, lead[0] * G * (rows if len(lead) == 2 else 1))
+    rp = _round_up(rows, 4)
+    strides = (G * rp, 1, rp) if len(lead) == 2 else (1, rp)
+    return (*lead, G), strides, max(1, (lead[0] if len(lead) == 2 else 1) * G * rp)
+
+
+def empty_scales(lead, G: int, column_major: bool, device) -> torch.Tensor:
+    """An uninitialised scale tensor in the layout the ops write (works on fake tensors too)."""
+    if not column_major:
+        return torch.empty((*lead, G), dtype=torch.float32, device=device)
+    rp = _round_up(lead[-1], 4)
+    if len(lead) == 1:
+        return torch.empty((G, rp), dtype=torch.float32, device=device).t()[: lead[0]]
+    return torch.empty((lead[0], G, rp), dtype=torch.float32, device=device).transpose(1, 2)[:, : lead[1]]
+
+
+def _check_inputs_no_grad(**named) -> None:
+    if not torch.is_grad_enabled():
+        return
+    for name, t in named.items():
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            raise ValueError(
+                f"{name} requires grad: these ops have no backward; call them under torch.no_grad() "
+                "or pass a detached tensor"
+            )
+
+
+def _check_out(
+    out, lead, N: int, G: int, column_major: bool, device, inputs: dict
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError("out must be a (q, scales) pair of tensors")
+    q, scales = out
+    for name, t in (("out[0] (q)", q), ("out[1] (scales)", scales)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.device != device:
+            raise ValueError(f"{name} is on {t.device}, expected {device}")
+    if q.dtype != FP8_DTYPE:
+        raise TypeError(f"out[0] (q) must have dtype float8_e4m3fn, got {q.dtype}")
+    if tuple(q.shape) != (*lead, N):
+        raise ValueError(f"out[0] (q) must have shape {(*lead, N)}, got {tuple(q.shape)}")
+    if q.stride(-1) != 1 or _self_overlapping(q):
+        raise ValueError(f"out[0] (q) must have unit stride in its last dimension and no overlap, got {q.stride()}")
+    if scales.dtype != torch.float32:
+        raise TypeError(f"out[1] (scales) must have dtype float32, got {scales.dtype}")
+    shape, _, _ = _scale_shape(tuple(lead), G, column_major)
+    if tuple(scales.shape) != shape:
+        raise ValueError(f"out[1] (scales) must have shape {shape}, got {tuple(scales.shape)}")
+    unit = -2 if column_major else -1  # the dimension that must be contiguous
+    if scales.shape[unit] > 1 and scales.stride(unit) != 1:
+        layout = "column-major (unit stride along rows)" if column_major else "row-major (unit stride along groups)"
+        raise ValueError(f"out[1] (scales) must be {layout}, got strides {tuple(scales.stride())}")
+    if _self_overlapping(scales):
+        raise ValueError(f"out[1] (scales) elements overlap: strides {tuple(scales.stride())}")
+    if _overlaps(q, scales):
+        raise ValueError("out[0] (q) and out[1] (scales) overlap in memory")
+    for name, t in inputs.items():
+        if t is not None and (_overlaps(q, t) or _overlaps(scales, t)):
+            raise ValueError(f"out overlaps the input {name}")
+    return q, scales
+
+
+def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, out, enable_pdl):
+    device = src.device
+    E, T = (1, lead[0]) if len(lead) == 1 else lead
+    if out is None:
+        q = torch.empty((*lead, N), dtype=FP8_DTYPE, device=device)
+        scales = empty_scales(lead, G, column_major, device)
+    else:
+        q, scales = out
+    if E == 0 or T == 0:
+        return q, scales
+    pad = column_major and (out is None or _canonical_scales(scales, lead, G, column_major))
+    t_pad = _round_up(T, 4) if pad else T
+    s_strides = tuple(scales.stride()) if scales.dim() == 3 else (0, *scales.stride())
+    x3 = src if src.dim() == 3 else src.unsqueeze(0)
+    q3 = q if q.dim() == 3 else q.unsqueeze(0)
+    w_strides = (0, 0)
+    if w is not None:
+        w_strides = (w.stride(0), w.stride(1)) if w.dim() == 2 else (0, w.stride(0))
+    interpreted = _backend.uses_interpreter(device)
+    block_m, block_g, warps = _launch_config(T, G, group_size, interpreted)
+    grid = (triton.cdiv(t_pad, block_m) * triton.cdiv(G, block_g), E)
+    s_extent = sum((n - 1) * st for n, st in zip((E, t_pad, G), s_strides, strict=True)) + 1
+    int64 = (
+        max(E * max(x3.stride(0), 1), T * max(x3.stride(1), 1), E * q3.stride(0), T * q3.stride(1), s_extent)
+        >= INT32_LIMIT
+    )
+    kwargs = {"launch_pdl": True} if enable_pdl else {}
+    _backend.launch(
+        _fp8_group_kernel,
+        grid,
+        device,
+        x3,
+        w if w is not None else x3,
+        masked_m if masked_m is not None else x3,
+        q3.view(torch.uint8),
+        scales,
+        T,
+        t_pad,
+        x3.stride(0),
+        x3.stride(1),
+        q3.stride(0),
+        q3.stride(1),
+        w_strides[0],
+        w_strides[1],
+        *s_strides,
+        N=N,
+        GROUP=group_size,
+        ACT=act,
+        HAS_WEIGHT=w is not None,
+        HAS_MASK=masked_m is not None,
+        UE8M0=ue8m0,
+        BLOCK_M=block_m,
+        BLOCK_G=block_g,
+        INT64=int64,
+        USE_PDL=enable_pdl,
+        num_warps=warps,
+        **kwargs,
+    )
+    return q, scales
+
+
+def _check_rows(name: str, t: torch.Tensor) -> None:
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{name} must have unit stride in its last dimension, got strides {t.stride()}")
+    if t.shape[-2] > 1 and t.stride(-2) < t.shape[-1]:
+        raise ValueError(f"{name} rows overlap: row stride {t.stride(-2)} < row length {t.shape[-1]}")
+    if t.dim() == 3 and t.shape[0] > 1 and t.stride(0) < t.shape[1] * t.stride(1):
+        raise ValueError(f"{name} experts overlap: strides {t.stride()}")
+
+
+def _check_tensor_nd(name: str, t, dtypes) -> None:
+    check_tensor(name, t, dtypes=dtypes)
+    if t.dim() not in (2, 3):
+        raise ValueError(f"{name} must be 2-D [M, ...] or 3-D [E, T, ...], got shape {tuple(t.shape)}")
+
+
+def fp8_group_quant(
+    x: torch.Tensor,
+    group_size: int = 128,
+    *,
+    scale_ue8m0: bool = False,
+    column_major_scales: bool = False,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    enable_pdl: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize ``x`` to FP8 e4m3 per token and group of ``group_size`` elements
+    (:data:`~inkling_kernels.reference.FP8_GROUP_FORMULA`).
+
+    Args:
+        x: ``[M, N]`` or ``[E, T, N]`` bf16, fp16 or fp32 on CUDA (compiled) or CPU (Triton's
+            interpreter); N a positive multiple of ``group_size``; rows may be strided, elements
+            within a row contiguous.
+        group_size: elements sharing a scale, a power of two from 16 to 1024 (default 128).
+        scale_ue8m0: round each scale up to a power of two (``2 ** ceil(log2(s))``).
+        column_major_scales: scales stored transposed, rows padded to a multiple of 4 with zeros.
+        out: optional preallocated ``(q, scales)`` in exactly the layout returned.
+        enable_pdl: launch with programmatic dependent launch; ``None``: on for CUDA devices of
+            compute capability >= 9, off on CPU.
+
+    Returns:
+        ``q``: float8_e4m3fn, ``x``'s shape. ``scales``: fp32 ``[M, G]`` (``G = N // group_size``)
+        contiguous, or strides ``(1, round_up(M, 4))``; for 3-D ``[E, T, G]`` contiguous, or
+        strides ``(G * Tp, 1, Tp)`` with ``Tp = round_up(T, 4)``. ``x ~= q * scales`` per group.
+    """
+    if torch.compiler.is_compiling():
+        return _via_ops("fp8_group_quant", (x,), out, group_size, scale_ue8m0, column_major_scales, enable_pdl)
+    _check_tensor_nd("x", x, FLOAT_DTYPES)
+    _check_rows("x", x)
+    _check_flag("scale_ue8m0", scale_ue8m0)
+    _check_flag("column_major_scales", column_major_scales)
+    N = x.shape[-1]
+    G = _check_group_size(group_size, N, "x's last dimension")
+    _check_inputs_no_grad(x=x)
+    lead = tuple(x.shape[:-1])
+    if out is not None:
+        out = _check_out(out, lead, N, G, column_major_scales, x.device, {"x": x})
+    pdl = _pdl_default(x.device, enable_pdl)
+    return _launch(x, ACT_NONE, lead, N, G, group_size, None, None, scale_ue8m0, column_major_scales, out, pdl)
+
+
+def silu_and_mul_fp8_group_quant(
+    gateup: torch.Tensor,
+    topk_weights: torch.Tensor | None = None,
+    *,
+    interleaved: bool = True,
+    group_size: int = 128,
+    scale_ue8m0: bool = False,
+    column_major_scales: bool = False,
+    masked_m: torch.Tensor | None = None,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    enable_pdl: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``fp8_group_quant(silu_and_mul(gateup, topk_weights, interleaved=...), ...)`` in one
+    kernel, bit for bit, with no intermediate tensor.
+
+    Args:
+        gateup: ``[M, 2N]`` or ``[E, T, 2N]`` bf16, fp16 or fp32; ``interleaved=True`` (default):
+            ``g0 u0 g1 u1 ...``; ``False``: ``g0..g{N-1} u0..u{N-1}``. N a positive multiple of
+            ``group_size``. The activation is rounded to ``gateup.dtype`` before quantizing, as
+            ``silu_and_mul`` stores it.
+        topk_weights: optional per-row weights, ``[M]`` (2-D) or ``[E, T]`` (3-D), multiplied last
+            in fp32.
+        masked_m: optional int32/int64 ``[E]`` on gateup's device, 3-D only: rows
+            ``t >= masked_m[e]`` of expert e are neither read nor written (their q bytes and
+            scales keep whatever ``out`` held; in a freshly allocated output they are
+            uninitialized). Values are clamped to ``[0, T]`` in the kernel; the tensor is never
+            read on the host (CUDA-graph safe).
+        group_size, scale_ue8m0, column_major_scales, out, enable_pdl: as :func:`fp8_group_quant`.
+
+    Returns:
+        ``(q, scales)``: q float8_e4m3fn ``[M, N]`` or ``[E, T, N]``; scales as
+        :func:`fp8_group_quant` returns them for that shape.
+    """
+    if torch.compiler.is_compiling():
+        return _via_ops(
+            "silu_and_mul_fp8_group_quant",
+            (gateup, topk_weights, interleaved),
+            out,
+            group_size,
+            scale_ue8m0,
+            column_major_scales,
+            enable_pdl,
+            masked_m,
+        )
+    _check_tensor_nd("gateup", gateup, FLOAT_DTYPES)
+    _check_rows("gateup", gateup)
+    _check_flag("interleaved", interleaved)
+    _check_flag("scale_ue8m0", scale_ue8m0)
+    _check_flag("column_major_scales", column_major_scales)
+    if gateup.shape[-1] % 2:
+        raise ValueError(f"gateup's last dimension must be even (2N: gate and up halves), got {gateup.shape[-1]}")
+    N = gateup.shape[-1] // 2
+    G = _check_group_size(group_size, N, "N (half of gateup's last dimension)")
+    lead = tuple(gateup.shape[:-1])
+    if topk_weights is not None:
+        check_tensor("topk_weights", topk_weights, dtypes=FLOAT_DTYPES)
+        check_same_device("gateup", gateup, "topk_weights", topk_weights)
+        if tuple(topk_weights.shape) != lead:
+            raise ValueError(f"topk_weights must have shape {lead} (one weight a row), got {tuple(topk_weights.shape)}")
+    if masked_m is not None:
+        if gateup.dim() != 3:
+            raise ValueError("masked_m applies to a 3-D gateup [E, T, 2N] only")
+        check_tensor("masked_m", masked_m, ndim=1, dtypes=(torch.int32, torch.int64))
+        check_same_device("gateup", gateup, "masked_m", masked_m)
+        if masked_m.shape[0] != lead[0]:
+            raise ValueError(
+                f"masked_m must have shape ({lead[0]},) (one count per expert), got {tuple(masked_m.shape)}"
+            )
+    _check_inputs_no_grad(gateup=gateup, topk_weights=topk_weights)
+    if out is not None:
+        inputs = {"gateup": gateup, "topk_weights": topk_weights, "masked_m": masked_m}
+        out = _check_out(out, lead, N, G, column_major_scales, gateup.device, inputs)
+    pdl = _pdl_default(gateup.device, enable_pdl)
+    act = ACT_INTERLEAVED if interleaved else ACT_NON_INTERLEAVED
+    return _launch(
+        gateup, act, lead, N, G, group_size, topk_weights, masked_m, scale_ue8m0, column_major_scales, out, pdl
+    )
+
+
+def e4m3_signed_encode(t: torch.Tensor) -> torch.Tensor:
+    """The kernel's fp32 -> e4m3fn rounding (clamp, RNE, NaN -> 0x7F) on any fp32 tensor, as uint8."""
+    check_tensor("t", t, dtypes=(torch.float32,))
+    flat = t.contiguous().reshape(-1)
+    byte = torch.empty(flat.shape, dtype=torch.uint8, device=t.device)
+    if flat.numel():
+        block = 4096
+        _backend.launch(
+            e4m3_signed_encode_kernel,
+            (triton.cdiv(flat.numel(), block),),
+            t.device,
+            flat,
+            byte,
+            flat.numel(),
+            BLOCK=block,
+        )
+    return byte.reshape(t.shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.ops.inkling registration
+
+
+def _via_ops(name, inputs, out, group_size, ue8m0, column_major, enable_pdl, masked_m=None):
+    ops = torch.ops.inkling
+    extra = (masked_m,) if masked_m is not None or name.startswith("silu") else ()
+    if out is None:
+        return getattr(ops, name)(*inputs, group_size, ue8m0, column_major, *extra, enable_pdl)
+    getattr(ops, name + "_out")(*inputs, out[0], out[1], group_size, ue8m0, column_major, *extra, enable_pdl)
+    return out[0], out[1]
+
+
+def _quant_impl(x, group_size=128, scale_ue8m0=False, column_major_scales=False, enable_pdl=None):
+    return fp8_group_quant(
+        x, group_size, scale_ue8m0=scale_ue8m0, column_major_scales=column_major_scales, enable_pdl=enable_pdl
+    )
+
+
+def _quant_out_impl(x, q, scales, group_size=128, scale_ue8m0=False, column_major_scales=False, enable_pdl=None):
+    fp8_group_quant(
+        x,
+        group_size,
+        scale_ue8m0=scale_ue8m0,
+        column_major_scales=column_major_scales,
+        out=(q, scales),
+        enable_pdl=enable_pdl,
+    )
+
+
+def _quant_fake(x, group_size=128, scale_ue8m0=False, column_major_scales=False, enable_pdl=None):
+    lead = tuple(x.shape[:-1])
+    q = torch.empty(x.shape, dtype=FP8_DTYPE, device=x.device)
+    return q, empty_scales(lead, x.shape[-1] // group_size, column_major_scales, x.device)
+
+
+def _fused_impl(
+    gateup,
+    topk_weights,
+    interleaved,
+    group_size=128,
+    scale_ue8m0=False,
+    column_major_scales=False,
+    masked_m=None,
+    enable_pdl=None,
+):
+    return silu_and_mul_fp8_group_quant(
+        gateup,
+        topk_weights,
+        interleaved=interleaved,
+        group_size=group_size,
+        scale_ue8m0=scale_ue8m0,
+        column_major_scales=column_major_scales,
+        masked_m=masked_m,
+        enable_pdl=enable_pdl,
+    )
+
+
+def _fused_out_impl(
+    gateup,
+    topk_weights,
+    interleaved,
+    q,
+    scales,
+    group_size=128,
+    scale_ue8m0=False,
+    column_major_scales=False,
+    masked_m=None,
+    enable_pdl=None,
+):
+    silu_and_mul_fp8_group_quant(
+        gateup,
+        topk_weights,
+        interleaved=interleaved,
+        group_size=group_size,
+        scale_ue8m0=scale_ue8m0,
+        column_major_scales=column_major_scales,
+        masked_m=masked_m,
+        out=(q, scales),
+        enable_pdl=enable_pdl,
+    )
+
+
+def _fused_fake(
+    gateup,
+    topk_weights,
+    interleaved,
+    group_size=128,
+    scale_ue8m0=False,
+    column_major_scales=False,
+    masked_m=None,
+    enable_pdl=None,
+):
+    lead = tuple(gateup.shape[:-1])
+    N = gateup.shape[-1] // 2
+    q = torch.empty((*lead, N), dtype=FP8_DTYPE, device=gateup.device)
+    return q, empty_scales(lead, N // group_size, column_major_scales, gateup.device)
+
+
+def _register() -> None:
+    from ._library import register_op
+
+    opts = "int group_size=128, bool scale_ue8m0=False, bool column_major_scales=False"
+    quant_schema = f"(Tensor x, {opts}, bool? enable_pdl=None) -> (Tensor, Tensor)"
+    register_op("fp8_group_quant", quant_schema, _quant_impl, _quant_fake)
+    register_op(
+        "fp8_group_quant_out",
+        f"(Tensor x, Tensor(a!) q, Tensor(b!) scales, {opts}, bool? enable_pdl=None) -> ()",
+        _quant_out_impl,
+        lambda *args, **kwargs: None,
+    )
+    fused_in = "Tensor gateup, Tensor? topk_weights, bool interleaved"
+    fused_tail = f"{opts}, Tensor? masked_m=None, bool? enable_pdl=None"
+    register_op(
+        "silu_and_mul_fp8_group_quant",
+        f"({fused_in}, {fused_tail}) -> (Tensor, Tensor)",
+        _fused_impl,
+        _fused_fake,
+    )
+    register_op(
+        "silu_and_mul_fp8_group_quant_out",
+        f"({fused_in}, Tensor(a!) q, Tensor(b!) scales, {fused_tail}) -> ()",
+        _fused_out_impl,
+        lambda *args, **kwargs: None,
+    )
+
+
+_register()
