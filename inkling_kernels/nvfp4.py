@@ -512,11 +512,25 @@ def nvfp4_quant(
     refused while grad mode is on.
     """
     if torch.compiler.is_compiling():
-        from . import ops
+        if config is not None:
+            raise ValueError("config (a benchmark override) is not supported under torch.compile")
+        if out is None:
+            return torch.ops.inkling.nvfp4_quant(
+                x, global_scale, expert_offsets, blockscale_offsets, swizzle, scale_rows, validate, enable_pdl
+            )
+        torch.ops.inkling.nvfp4_quant_out(
+            x, global_scale, expert_offsets, blockscale_offsets, swizzle, validate, enable_pdl, packed=out[0],
+            scales=out[1],
+        )  # fmt: skip
+        return out[0], out[1]
+    return _nvfp4_quant_eager(
+        x, global_scale, expert_offsets, blockscale_offsets, swizzle, out, validate, config, scale_rows, enable_pdl
+    )
 
-        return ops.nvfp4_quant_traced(
-            x, global_scale, expert_offsets, blockscale_offsets, swizzle, out, validate, config, scale_rows, enable_pdl
-        )
+
+def _nvfp4_quant_eager(
+    x, global_scale, expert_offsets, blockscale_offsets, swizzle, out, validate, config, scale_rows, enable_pdl
+):
     check_tensor("x", x, ndim=2, dtypes=FLOAT_DTYPES)
     check_row_major("x", x)
     N = x.shape[1]
@@ -577,12 +591,28 @@ def silu_and_mul_nvfp4_quant(
         when ``out`` is given (CUDA-graph capturable); inference only.
     """
     if torch.compiler.is_compiling():
-        from . import ops
-
-        return ops.silu_and_mul_nvfp4_quant_traced(
-            gateup, global_scale, expert_offsets, blockscale_offsets, interleaved, topk_weights, swizzle, out,
-            validate, config, scale_rows, enable_pdl,
+        if config is not None:
+            raise ValueError("config (a benchmark override) is not supported under torch.compile")
+        if out is None:
+            return torch.ops.inkling.silu_and_mul_nvfp4_quant(
+                gateup, global_scale, expert_offsets, blockscale_offsets, interleaved, topk_weights, swizzle,
+                scale_rows, validate, enable_pdl,
+            )  # fmt: skip
+        torch.ops.inkling.silu_and_mul_nvfp4_quant_out(
+            gateup, global_scale, expert_offsets, blockscale_offsets, interleaved, topk_weights, swizzle, validate,
+            enable_pdl, packed=out[0], scales=out[1],
         )  # fmt: skip
+        return out[0], out[1]
+    return _fused_eager(
+        gateup, global_scale, expert_offsets, blockscale_offsets, interleaved, topk_weights, swizzle, out, validate,
+        config, scale_rows, enable_pdl,
+    )  # fmt: skip
+
+
+def _fused_eager(
+    gateup, global_scale, expert_offsets, blockscale_offsets, interleaved, topk_weights, swizzle, out, validate,
+    config, scale_rows, enable_pdl,
+):  # fmt: skip
     N = _check_fused_args(gateup, interleaved, topk_weights)
     act = ACT_INTERLEAVED if interleaved else ACT_NON_INTERLEAVED
     return _launch_quant(

@@ -279,9 +279,23 @@ def silu_and_mul(
     (or ``silu_and_mul_out``), so the launch heuristic does not become guards on M.
     """
     if torch.compiler.is_compiling():
-        from . import ops
+        return _as_registered_op(gateup, topk_weights, out_dtype, interleaved, out, config, enable_pdl)
+    return _silu_and_mul_eager(gateup, topk_weights, out_dtype, interleaved, out, config, enable_pdl)
 
-        return ops.silu_and_mul_traced(gateup, topk_weights, out_dtype, interleaved, out, config, enable_pdl)
+
+def _as_registered_op(gateup, topk_weights, out_dtype, interleaved, out, config, enable_pdl):
+    """The call as torch.compile sees it: one node of a registered op (see :mod:`.ops`)."""
+    if config is not None:
+        raise ValueError("config (a benchmark override) is not supported under torch.compile")
+    if out is None:
+        return torch.ops.inkling.silu_and_mul(gateup, topk_weights, out_dtype, interleaved, enable_pdl)
+    if out_dtype is not None and out.dtype != out_dtype:
+        raise TypeError(f"out has dtype {out.dtype} but out_dtype={out_dtype}")
+    torch.ops.inkling.silu_and_mul_out(gateup, topk_weights, interleaved, enable_pdl, out=out)
+    return out
+
+
+def _silu_and_mul_eager(gateup, topk_weights, out_dtype, interleaved, out, config, enable_pdl):
     M, N = _check_args(gateup, topk_weights, out_dtype, out, interleaved)
     if out is None:
         out = torch.empty((M, N), dtype=out_dtype or gateup.dtype, device=gateup.device)
