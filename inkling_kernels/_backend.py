@@ -11,7 +11,12 @@ the user to set:
   ``_silu_mul``, or Triton's standard library such as ``tl.sigmoid``, which Triton decorated at
   import time) would raise "Cannot call @triton.jit'd outside of the scope of a kernel". While
   :func:`interpreting` is active, such a call runs the helper through the interpreter instead.
-  Outside it Triton's behaviour is unchanged.
+  The patches that do this (``JITFunction.__call__`` and the interpreter's fp32 -> bf16 cast)
+  are installed by the outermost :func:`interpreting` block and removed when it ends: importing
+  the package patches nothing, and outside an interpreted launch Triton is as shipped.
+* On CUDA, :class:`CudaLauncher` is the thin launch path: the ``CompiledKernel`` of each launch
+  key is cached after its first launch, later launches call its C launcher directly with the
+  current stream. :func:`resolve_pdl` decides programmatic dependent launch (``enable_pdl``).
 
 Both paths execute the same source lines, so the code the CPU tests check is the code the GPU
 runs. Triton's interpreter is not bit-faithful in one place: it converts fp32 -> bf16 by
@@ -224,6 +229,19 @@ def pdl_default(device: torch.device) -> bool:
     if capable is None:
         capable = _PDL_CAPABLE[index] = torch.cuda.get_device_capability(index) >= (9, 0)
     return capable
+
+
+def pdl_default_index(index: int) -> bool:
+    """:func:`pdl_default` for a CUDA device index (compiled launches only)."""
+    capable = _PDL_CAPABLE.get(index)
+    if capable is None:
+        capable = _PDL_CAPABLE[index] = torch.cuda.get_device_capability(index) >= (9, 0)
+    return capable
+
+
+def interpret_env() -> bool:
+    """``TRITON_INTERPRET=1``: the user forces the interpreter for CUDA tensors too."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def resolve_pdl(enable_pdl, device: torch.device) -> bool:

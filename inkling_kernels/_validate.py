@@ -62,6 +62,18 @@ def _byte_span(t: torch.Tensor) -> tuple[int, int, int, int]:
     return lo, lo + ((rows - 1) * stride + width) * es, stride * es, width * es
 
 
+def check_no_overlaps(outputs, inputs) -> None:
+    """:func:`check_no_overlap` for every (output, input) pair and between the outputs, each byte
+    range computed once; the exact check runs only for pairs whose ranges intersect.
+    ``outputs`` and ``inputs``: sequences of (name, tensor or None)."""
+    outs = [(n, t, _byte_span(t)) for n, t in outputs if t is not None and t.numel()]
+    ins = [(n, t, _byte_span(t)) for n, t in inputs if t is not None and t.numel()]
+    for i, (o_name, o, (a_lo, a_hi, _, _)) in enumerate(outs):
+        for i_name, t, (b_lo, b_hi, _, _) in ins + outs[i + 1 :]:
+            if a_lo < b_hi and b_lo < a_hi:
+                check_no_overlap(o_name, o, i_name, t)
+
+
 def check_no_overlap(name: str, out: torch.Tensor, other_name: str, other: torch.Tensor) -> None:
     """Refuse an output that shares memory with an input, as torch's own ``out=`` ops do: the
     kernels' programs would read elements that other programs have already overwritten. Exact

@@ -24,7 +24,7 @@ from ._validate import (
     ACT_DTYPES_FP4,
     FLOAT_DTYPES,
     check_no_grad,
-    check_no_overlap,
+    check_no_overlaps,
     check_offsets,
     check_row_major,
     check_same_device,
@@ -334,10 +334,6 @@ def _check_values(global_scale, expert_offsets, blockscale_offsets, M: int, swiz
         )
 
 
-def _capturing(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-
-
 def _launch_quant(
     src: torch.Tensor,
     act: int,
@@ -393,11 +389,11 @@ def _launch_quant(
             raise ValueError(f"out[1] must have M={M} rows for linear scales, got {total_rows}")
         if not (packed.is_contiguous() and scales.is_contiguous()):
             raise ValueError("out tensors must be contiguous")
-        for name, t in (("out[0]", packed), ("out[1]", scales)):
-            check_no_overlap(name, t, "the input", src)
-            if topk_weights is not None:
-                check_no_overlap(name, t, "topk_weights", topk_weights)
-        check_no_overlap("out[1]", scales, "out[0]", packed)
+        check_no_overlaps(
+            (("out[0]", packed), ("out[1]", scales)),
+            (("the input", src), ("topk_weights", topk_weights), ("global_scale", gs),
+             ("expert_offsets", expert_offsets), ("blockscale_offsets", blockscale_offsets)),
+        )  # fmt: skip
     else:
         if scale_rows is None:
             total_rows = max_blockscale_rows(M, E) if swizzle else M
@@ -412,21 +408,27 @@ def _launch_quant(
     check_no_grad(input=src, topk_weights=topk_weights, global_scale=global_scale)
     # Value checks read device tensors on the host: by default only when no output was given and
     # the stream is not capturing; validate=True asks for them with out too (not in capture).
-    capturing = _capturing(device)
+    interpreted = _backend.uses_interpreter(device)
+    capturing = not interpreted and torch.cuda.is_current_stream_capturing()
     if validate is True and capturing:
         raise ValueError("validate=True reads offsets on the host, which CUDA graph capture forbids: use None")
     if validate is True or (validate is None and out is None and not capturing):
         _check_values(gs, expert_offsets, blockscale_offsets, M, swizzle, total_rows)
     if total_rows == 0:
         return packed, scales
-    block_m, block_k, warps = config or _quant_config(N, _backend.uses_interpreter(device), fused=act != ACT_NONE)
+    if config is None:
+        ckey = (N, interpreted, act != ACT_NONE)
+        config = _QUANT_CONFIGS.get(ckey)
+        if config is None:
+            config = _QUANT_CONFIGS[ckey] = _quant_config(N, interpreted, fused=act != ACT_NONE)
+    block_m, block_k, warps = config
     grid0 = triton.cdiv(total_rows, block_m) * triton.cdiv(scale_cols * 16, block_k)
     stride_x = src.stride(0)
     int64 = max(M * max(stride_x, 1), total_rows * scale_cols) >= INT32_LIMIT
     weight = topk_weights if topk_weights is not None else gs
     has_weight = topk_weights is not None
     steps = max(1, (E - 1).bit_length())
-    if device.type == "cuda" and not _backend.uses_interpreter(device):
+    if not interpreted:
         pdl = _backend.resolve_pdl(enable_pdl, device)
         spec = _backend.arg_spec
         key = (
@@ -448,6 +450,8 @@ def _launch_quant(
     )  # fmt: skip
     return packed, scales
 
+
+_QUANT_CONFIGS: dict[tuple[int, bool, bool], tuple[int, int, int]] = {}
 
 _LAUNCHER = _backend.CudaLauncher(
     nvfp4_quant_kernel,

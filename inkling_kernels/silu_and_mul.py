@@ -296,6 +296,10 @@ def _as_registered_op(gateup, topk_weights, out_dtype, interleaved, out, config,
 
 
 def _silu_and_mul_eager(gateup, topk_weights, out_dtype, interleaved, out, config, enable_pdl):
+    if config is None and (enable_pdl is None or enable_pdl is True or enable_pdl is False):
+        res = _fast_cuda(gateup, topk_weights, out_dtype, out, interleaved, enable_pdl)
+        if res is not None:
+            return res
     M, N = _check_args(gateup, topk_weights, out_dtype, out, interleaved)
     if out is None:
         out = torch.empty((M, N), dtype=out_dtype or gateup.dtype, device=gateup.device)
@@ -305,34 +309,117 @@ def _silu_and_mul_eager(gateup, topk_weights, out_dtype, interleaved, out, confi
     return out
 
 
+_ELEMENT_SIZE = {torch.bfloat16: 2, torch.float16: 2, torch.float32: 4}
+_Tensor = torch.Tensor
+
+
+def _fast_cuda(gateup, w, out_dtype, out, interleaved, enable_pdl):
+    """The hot path of a CUDA call: the checks of :func:`_check_args` done with as few tensor
+    attribute reads as possible, then the cached launch. Returns ``None`` whenever anything is
+    unusual (a failed check, a tensor subclass, overlapping buffers, the interpreter forced on
+    CUDA, M == 0): the general path then handles the call or raises the precise error."""
+    if gateup.__class__ is not _Tensor or not gateup.is_cuda or (interleaved is not True and interleaved is not False):
+        return None
+    dtype = gateup.dtype
+    if dtype not in _ELEMENT_SIZE or gateup.ndim != 2:
+        return None
+    M, two_n = gateup.shape
+    if two_n & 1 or two_n == 0 or M == 0:
+        return None
+    N = two_n >> 1
+    s_in, s_in1 = gateup.stride()
+    if s_in1 != 1 or (M > 1 and s_in < two_n):
+        return None
+    grad = torch.is_grad_enabled()
+    if grad and gateup.requires_grad:
+        return None
+    dev = gateup.get_device()
+    g_ptr = gateup.data_ptr()
+    g_end = g_ptr + ((M - 1) * s_in + two_n) * _ELEMENT_SIZE[dtype]
+    if w is not None:
+        if w.__class__ is not _Tensor or not w.is_cuda or w.get_device() != dev or w.ndim != 1 or w.shape[0] != M:
+            return None
+        w_dtype = w.dtype
+        if w_dtype not in _ELEMENT_SIZE or (grad and w.requires_grad):
+            return None
+        w_ptr = w.data_ptr()
+        w_end = w_ptr + ((M - 1) * w.stride(0) + 1) * _ELEMENT_SIZE[w_dtype]
+    else:
+        w_dtype, w_ptr = dtype, g_ptr
+    if out is None:
+        if out_dtype is not None and out_dtype not in _ELEMENT_SIZE:
+            return None
+        out = torch.empty((M, N), dtype=out_dtype or dtype, device=gateup.device)
+        o_dtype, s_out, o_ptr = out.dtype, N, out.data_ptr()
+    else:
+        if out.__class__ is not _Tensor or not out.is_cuda or out.get_device() != dev or out.ndim != 2:
+            return None
+        o_dtype = out.dtype
+        if o_dtype not in _ELEMENT_SIZE or (out_dtype is not None and out_dtype != o_dtype) or out.shape != (M, N):
+            return None
+        s_out, s_out1 = out.stride()
+        if (s_out1 != 1 and N > 1) or (M > 1 and s_out < N):
+            return None
+        o_ptr = out.data_ptr()
+        o_end = o_ptr + ((M - 1) * s_out + N) * _ELEMENT_SIZE[o_dtype]
+        if o_ptr < g_end and g_ptr < o_end:
+            return None  # may overlap: the general path checks exactly
+        if w is not None and o_ptr < w_end and w_ptr < o_end:
+            return None
+    if _backend.interpret_env():
+        return None
+    cfg = launch_config(M, N)
+    pdl = _backend.pdl_default_index(dev) if enable_pdl is None else enable_pdl
+    _launch_cuda(gateup, w, out, M, N, s_in, s_out, dtype, g_ptr, w_dtype, w_ptr, o_dtype, o_ptr, cfg, pdl, dev,
+                 interleaved)  # fmt: skip
+    return out
+
+
+def _launch_cuda(gateup, w, out, M, N, s_in, s_out, dtype, g_ptr, w_dtype, w_ptr, o_dtype, o_ptr, cfg, pdl, dev,
+                 interleaved):  # fmt: skip
+    """The cached compiled launch. The key holds every constexpr and launch option and, for the
+    runtime arguments, exactly :func:`_backend.arg_spec`'s view (dtype and 16-byte alignment of
+    each pointer; width, ==1 and %16 of the strides; width of M, which is not specialized)."""
+    block_m, block_n = cfg.BLOCK_M, cfg.BLOCK_N
+    even_m, even_n = M % block_m == 0, N % block_n == 0
+    int64 = max(M * s_in, M * s_out) >= INT32_LIMIT
+    has_weight = w is not None
+    key = (
+        dev, pdl, block_m, block_n, cfg.num_warps, cfg.stream_policy, N, even_m, even_n, has_weight, int64,
+        dtype, g_ptr & 15 == 0, w_dtype, w_ptr & 15 == 0, o_dtype, o_ptr & 15 == 0, M > _I32_MAX,
+        s_in > _I32_MAX, s_in == 1, s_in & 15 == 0, s_out > _I32_MAX, s_out == 1, s_out & 15 == 0,
+    )  # fmt: skip
+    args = (
+        gateup, w if has_weight else gateup, out, M, s_in, s_out, N, block_m, block_n, even_m, even_n, has_weight,
+        int64, cfg.stream_policy, pdl,
+    )  # fmt: skip
+    grid0 = -(-M // block_m) * -(-N // block_n)
+    _LAUNCHERS[interleaved](key, grid0, dev, args, cfg.num_warps, pdl)
+
+
+_I32_MAX = 2**31 - 1
+
+
 def _launch(gateup, topk_weights, out, M, N, interleaved, config, enable_pdl):
     """The launch after the checks: compiled (thin path) on CUDA, interpreted on CPU."""
     device = gateup.device
     cfg = config or launch_config(M, N)
     stride_in, stride_out = gateup.stride(0), out.stride(0)
-    int64 = max(M * stride_in, M * stride_out) >= INT32_LIMIT
     weight = topk_weights if topk_weights is not None else gateup
-    block_m, block_n = cfg.BLOCK_M, cfg.BLOCK_N
-    even_m, even_n = M % block_m == 0, N % block_n == 0
-    has_weight = topk_weights is not None
-    grid0 = -(-M // block_m) * -(-N // block_n)
     if device.type == "cuda" and not _backend.uses_interpreter(device):
         pdl = _backend.resolve_pdl(enable_pdl, device)
-        spec = _backend.arg_spec
-        key = (
-            device.index, pdl, block_m, block_n, cfg.num_warps, cfg.stream_policy, N, even_m, even_n, has_weight,
-            int64, spec(gateup), spec(weight), spec(out), spec(M, False), spec(stride_in), spec(stride_out),
+        _launch_cuda(
+            gateup, topk_weights, out, M, N, stride_in, stride_out, gateup.dtype, gateup.data_ptr(), weight.dtype,
+            weight.data_ptr(), out.dtype, out.data_ptr(), cfg, pdl, device.index, interleaved,
         )  # fmt: skip
-        args = (
-            gateup, weight, out, M, stride_in, stride_out, N, block_m, block_n, even_m, even_n, has_weight, int64,
-            cfg.stream_policy, pdl,
-        )  # fmt: skip
-        _LAUNCHERS[interleaved](key, grid0, device.index, args, cfg.num_warps, pdl)
         return
+    int64 = max(M * stride_in, M * stride_out) >= INT32_LIMIT
+    block_m, block_n = cfg.BLOCK_M, cfg.BLOCK_N
+    grid0 = -(-M // block_m) * -(-N // block_n)
     _backend.resolve_pdl(enable_pdl, device)  # type check only: never on under the interpreter
     kernel = silu_and_mul_interleaved_kernel if interleaved else silu_and_mul_non_interleaved_kernel
     _backend.launch(
         kernel, (grid0,), device, gateup, weight, out, M, stride_in, stride_out, N=N, BLOCK_M=block_m,
-        BLOCK_N=block_n, EVEN_M=even_m, EVEN_N=even_n, HAS_WEIGHT=has_weight, INT64=int64,
-        STREAM_POLICY=cfg.stream_policy, USE_PDL=False, num_warps=cfg.num_warps,
+        BLOCK_N=block_n, EVEN_M=M % block_m == 0, EVEN_N=N % block_n == 0, HAS_WEIGHT=topk_weights is not None,
+        INT64=int64, STREAM_POLICY=cfg.stream_policy, USE_PDL=False, num_warps=cfg.num_warps,
     )  # fmt: skip
