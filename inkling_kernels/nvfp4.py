@@ -272,10 +272,11 @@ def max_blockscale_rows(M: int, E: int = 1) -> int:
 
     Each expert's scale rows are its token count rounded up to 128, so the total
     ``sum_e round_up(c_e, 128)`` is at most ``sum_e (c_e + 127) = M + 127 E`` and a multiple of
-    128, hence at most the largest multiple of 128 not above ``M + 127 E``. It depends on shapes
-    only: the scales of a functional call (and of the registered ops' fake implementations) have
-    this many rows, and a CUDA graph captured for ``M`` rows can be replayed with any expert split.
-    Rows past the default ``blockscale_offsets[-1]`` are zero padding."""
+    128, hence at most the largest multiple of 128 not above ``M + 127 E`` (reached when M >= E:
+    E - 1 experts of one row and one with the rest). It depends on shapes only: the scales of the
+    registered ops (and of a functional call in capture or with ``validate=False``) have this many
+    rows, and a CUDA graph captured for ``M`` rows can be replayed with any expert split. Rows
+    past ``blockscale_offsets[-1]`` are zero padding."""
     if M < 0 or E < 1:
         raise ValueError(f"need M >= 0 and E >= 1, got M={M}, E={E}")
     return (M + 127 * E) // 128 * 128
@@ -301,8 +302,9 @@ def _check_global_scale(global_scale, E: int, device) -> torch.Tensor:
     return global_scale.reshape(E).contiguous()
 
 
-def _check_values(global_scale, expert_offsets, blockscale_offsets, M: int, swizzle: bool, scale_rows: int) -> None:
-    """The value checks of device-resident arguments: one host read (a synchronization)."""
+def _check_values(global_scale, expert_offsets, blockscale_offsets, M: int, swizzle: bool, scale_rows) -> int:
+    """The value checks of device-resident arguments: one host read (a synchronization).
+    Returns the scale rows the offsets need (``blockscale_offsets[-1]``, or M when linear)."""
     gs = global_scale.detach().cpu()
     if not bool(torch.isfinite(gs).all()) or bool((gs < 0).any()):
         raise ValueError(f"global_scale must be finite and >= 0, got {gs.tolist()[:8]}")
@@ -314,7 +316,7 @@ def _check_values(global_scale, expert_offsets, blockscale_offsets, M: int, swiz
     if int(eo[-1]) != M:
         raise ValueError(f"expert_offsets must end at M={M}, got {int(eo[-1])}")
     if not swizzle:
-        return
+        return M
     bo = blockscale_offsets.cpu().long()
     if int(bo[0]) != 0:
         raise ValueError(f"blockscale_offsets must start at 0, got {int(bo[0])}")
@@ -328,10 +330,11 @@ def _check_values(global_scale, expert_offsets, blockscale_offsets, M: int, swiz
             f"blockscale_offsets inconsistent with expert_offsets: expert {bad} has {int(counts[bad])} rows "
             f"but {int(room[bad])} scale rows"
         )
-    if int(bo[-1]) > scale_rows:
+    if scale_rows is not None and int(bo[-1]) > scale_rows:
         raise ValueError(
             f"blockscale_offsets end at {int(bo[-1])} scale rows but the scales output has {scale_rows} rows"
         )
+    return int(bo[-1])
 
 
 def _launch_quant(
@@ -395,16 +398,12 @@ def _launch_quant(
              ("expert_offsets", expert_offsets), ("blockscale_offsets", blockscale_offsets)),
         )  # fmt: skip
     else:
-        if scale_rows is None:
-            total_rows = max_blockscale_rows(M, E) if swizzle else M
-        else:
+        if scale_rows is not None:
             if not swizzle and scale_rows != M:
                 raise ValueError(f"scale_rows must be M={M} for linear scales, got {scale_rows}")
             if not isinstance(scale_rows, int) or scale_rows < 0:
                 raise ValueError(f"scale_rows must be a non-negative int, got {scale_rows!r}")
-            total_rows = scale_rows
-        packed = torch.empty((M, N // 2), dtype=torch.uint8, device=device)
-        scales = torch.empty((total_rows, scale_cols), dtype=torch.uint8, device=device)
+        total_rows = scale_rows
     check_no_grad(input=src, topk_weights=topk_weights, global_scale=global_scale)
     # Value checks read device tensors on the host: by default only when no output was given and
     # the stream is not capturing; validate=True asks for them with out too (not in capture).
@@ -412,8 +411,20 @@ def _launch_quant(
     capturing = not interpreted and torch.cuda.is_current_stream_capturing()
     if validate is True and capturing:
         raise ValueError("validate=True reads offsets on the host, which CUDA graph capture forbids: use None")
+    checked_rows = None
     if validate is True or (validate is None and out is None and not capturing):
-        _check_values(gs, expert_offsets, blockscale_offsets, M, swizzle, total_rows)
+        checked_rows = _check_values(gs, expert_offsets, blockscale_offsets, M, swizzle, total_rows)
+    if out is None:
+        if total_rows is None:
+            # exact rows when the checks read the offsets anyway; else the static bound
+            if not swizzle:
+                total_rows = M
+            elif checked_rows is not None:
+                total_rows = checked_rows
+            else:
+                total_rows = max_blockscale_rows(M, E)
+        packed = torch.empty((M, N // 2), dtype=torch.uint8, device=device)
+        scales = torch.empty((total_rows, scale_cols), dtype=torch.uint8, device=device)
     if total_rows == 0:
         return packed, scales
     if config is None:
@@ -499,15 +510,21 @@ def nvfp4_quant(
             Shapes, dtypes and devices are always checked (no synchronization).
         config: optional ``(BLOCK_M, BLOCK_K, num_warps)`` overriding the launch heuristic
             (benchmarks; tiles never change the result).
-        scale_rows: rows of the swizzled scales output when ``out`` is not given; default
-            :func:`max_blockscale_rows` ``(M, E)``, a bound that depends on shapes only.
+        scale_rows: rows of the swizzled scales output when ``out`` is not given. Default: when
+            the value checks run (``validate`` not False, not capturing), exactly
+            ``blockscale_offsets[-1]`` (read on the host with the checks); otherwise (CUDA graph
+            capture, ``validate=False``) :func:`max_blockscale_rows` ``(M, E)``, a bound that
+            depends on shapes only. The registered ops, and so these functions inside
+            ``torch.compile``, always use the bound; pass ``scale_rows`` to get one row count in
+            every mode.
         enable_pdl: programmatic dependent launch, as in :func:`~inkling_kernels.silu_and_mul`
             (``None``: on for CUDA on compute capability >= 9.0); never changes the result.
 
     Returns:
         ``packed``: uint8 ``[M, N/2]``, element 2i in the low nibble; ``scales``: uint8 e4m3
         bytes, swizzled ``[scale_rows, ceil(N/64)*4]`` (each expert's rows from
-        ``blockscale_offsets[e]``, everything else zero) or linear ``[M, N/16]``.
+        ``blockscale_offsets[e]``, everything else zero; see ``scale_rows`` for the row count)
+        or linear ``[M, N/16]``.
 
     With ``out`` given (or with the default ``validate=None`` inside CUDA graph capture) the call
     never synchronizes with the host and can be captured in a CUDA graph; a graph captured with

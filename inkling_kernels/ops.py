@@ -22,8 +22,10 @@ Python function; the fake implementations compute shapes only:
   arguments of the functional op without ``scale_rows``).
 
 The functional NVFP4 ops return swizzled scales with ``scale_rows`` rows, by default
-:func:`~inkling_kernels.nvfp4.max_blockscale_rows` ``(M, E)``: a row count that depends on
-shapes only, so a compiled graph needs no guard on the expert split. Inside ``torch.compile``
+:func:`~inkling_kernels.nvfp4.max_blockscale_rows` ``(M, E)`` (always, eager or compiled, unlike
+the public functions, which return exactly ``blockscale_offsets[-1]`` rows when their value checks
+read the offsets): a row count that depends on shapes only, so a compiled graph needs no guard on
+the expert split and the fake and real outputs agree. Inside ``torch.compile``
 the public functions call these ops, so their Python launch heuristics never become guards.
 """
 
@@ -67,8 +69,17 @@ def _nvfp4_fake_outputs(src, N, expert_offsets, swizzle, scale_rows):
     return packed, src.new_empty(_scale_shape(M, N, E, swizzle, scale_rows), dtype=torch.uint8)
 
 
+def _bound_rows(src, expert_offsets, swizzle, scale_rows):
+    """The registered functional ops always return the fake's row count (the static bound)."""
+    if scale_rows is not None or not swizzle:
+        return scale_rows
+    E = expert_offsets.shape[0] - 1 if expert_offsets is not None else 1
+    return _nvfp4.max_blockscale_rows(src.shape[0], max(E, 1))
+
+
 def _quant_impl(x, global_scale, expert_offsets=None, blockscale_offsets=None, swizzle=True, scale_rows=None,
                 validate=None, enable_pdl=None):  # fmt: skip
+    scale_rows = _bound_rows(x, expert_offsets, swizzle, scale_rows)
     return _nvfp4._nvfp4_quant_eager(
         x, global_scale, expert_offsets, blockscale_offsets, swizzle, None, validate, None, scale_rows, enable_pdl
     )
@@ -94,6 +105,7 @@ def _quant_out_fake(x, global_scale, expert_offsets, blockscale_offsets, swizzle
 
 def _fused_impl(gateup, global_scale, expert_offsets=None, blockscale_offsets=None, interleaved=False,
                 topk_weights=None, swizzle=True, scale_rows=None, validate=None, enable_pdl=None):  # fmt: skip
+    scale_rows = _bound_rows(gateup, expert_offsets, swizzle, scale_rows)
     return _nvfp4._fused_eager(
         gateup, global_scale, expert_offsets, blockscale_offsets, interleaved, topk_weights, swizzle, None, validate,
         None, scale_rows, enable_pdl,
