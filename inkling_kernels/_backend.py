@@ -284,8 +284,8 @@ class CudaLauncher:
     properties of specialized ints). ``args`` are all of the kernel's parameters in order
     (constexprs included, as Triton's own launcher passes them). The first launch of a key goes
     through ``kernel[grid](...)``, which compiles (or loads from Triton's cache) and runs; its
-    ``CompiledKernel`` is kept. When Triton's launch hooks are set (a profiler), every launch
-    goes through ``kernel[grid]`` so the hooks see it.
+    ``CompiledKernel`` is kept. When a Triton launch hook is installed (a profiler), every
+    launch goes through ``kernel[grid]`` so the hooks see it.
     """
 
     def __init__(self, kernel: JITFunction, constexpr_names: tuple[str, ...]):
@@ -299,7 +299,7 @@ class CudaLauncher:
 
     def __call__(self, key, grid0: int, device_index: int, args: tuple, num_warps: int, launch_pdl: bool):
         entry = self._cache.get(key)
-        if entry is not None and knobs.runtime.launch_enter_hook is None and _get_device() == device_index:
+        if entry is not None and _no_launch_hooks() and _get_device() == device_index:
             launch, function, packed_metadata, coop = entry
             stream = _get_raw_stream(device_index)
             launch(
@@ -314,7 +314,7 @@ class CudaLauncher:
         with torch.cuda.device(device_index):
             compiled = self.kernel[(grid0,)](*args[:n], **constexprs, num_warps=num_warps, launch_pdl=launch_pdl)
             launcher = compiled.run  # loads the module on this device
-        if knobs.runtime.launch_enter_hook is not None:
+        if not _no_launch_hooks():
             return
         if device_index != torch.cuda.current_device():
             return  # the fast path launches on the current device, as Triton does: keep the slow path
@@ -328,6 +328,19 @@ class CudaLauncher:
 
     def cached_keys(self) -> list:
         return list(self._cache)
+
+
+def _no_launch_hooks() -> bool:
+    """No launch enter/exit hook is installed (Triton 3.6 keeps an empty ``HookChain`` there by
+    default; a profiler adds to it or replaces it)."""
+    runtime = knobs.runtime
+    for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook):
+        if hook is not None and (hook.__class__ is not _HookChain or hook.calls):
+            return False
+    return True
+
+
+_HookChain = getattr(knobs, "HookChain", type(None))
 
 
 def _get_raw_stream(device_index: int) -> int:

@@ -505,3 +505,64 @@ def test_host_overhead_targets():
     print(res)
     assert res["silu_ratio"] <= 1.3, res
     assert res["fused_ratio"] <= 1.5, res
+
+
+def test_cuda_launcher_plumbing_without_a_gpu(monkeypatch):
+    """:class:`CudaLauncher` with a stand-in kernel (no GPU here): the first launch of a key goes
+    through ``kernel[grid](runtime args, **constexprs, num_warps, launch_pdl)``; later launches
+    call the compiled kernel's C launcher with Triton's argument order and the current stream;
+    a set launch hook, a device other than the current one, or scratch memory keep the slow path."""
+    calls = []
+
+    class FakeLauncher:
+        global_scratch_size = profile_scratch_size = 0
+        num_ctas = 1
+        launch_cooperative_grid = 0
+        launch_pdl = True
+
+        def launch(self, *a):
+            calls.append(("fast", a))
+
+    class FakeCompiled:
+        function = 1234
+        packed_metadata = (4, 1, 0)
+        run = FakeLauncher()
+
+    class FakeKernel:
+        arg_names = ["x", "n", "A", "B"]
+
+        def __getitem__(self, grid):
+            def go(*args, **kwargs):
+                calls.append(("slow", grid, args, kwargs))
+                return FakeCompiled()
+
+            return go
+
+    monkeypatch.setattr(_backend, "_get_raw_stream", lambda index: 777)
+    monkeypatch.setattr(_backend, "_get_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "device", lambda index: __import__("contextlib").nullcontext())
+    launcher = _backend.CudaLauncher(FakeKernel(), ("A", "B"))
+    args = ("tensor", 5, 16, "s")
+    launcher("k1", 3, 0, args, 4, True)
+    assert calls[-1] == ("slow", (3,), ("tensor", 5), {"A": 16, "B": "s", "num_warps": 4, "launch_pdl": True})
+    launcher("k1", 7, 0, args, 4, True)
+    assert calls[-1] == ("fast", (7, 1, 1, 777, 1234, 0, True, None, None, (4, 1, 0), None, None, None) + args)
+    launcher("k1", 7, 1, args, 4, True)  # another device than the current one: slow path
+    assert calls[-1][0] == "slow"
+    chain = _backend.knobs.runtime.launch_enter_hook  # Triton's default: an empty HookChain
+    assert _backend._no_launch_hooks()
+    chain.add(hook := lambda *a: None)  # a profiler's hook
+    try:
+        launcher("k1", 7, 0, args, 4, True)
+        assert calls[-1][0] == "slow"
+    finally:
+        chain.remove(hook)
+    launcher("k1", 7, 0, args, 4, True)
+    assert calls[-1][0] == "fast"
+    with pytest.raises(RuntimeError, match="launch_pdl"):
+        launcher("k2", 1, 0, args, 4, False)  # metadata says PDL on, the key says off
+    FakeLauncher.global_scratch_size = 8
+    launcher("k3", 1, 0, args, 4, True)
+    launcher("k3", 1, 0, args, 4, True)
+    assert calls[-1][0] == "slow" and "k3" not in launcher.cached_keys()
