@@ -11,7 +11,12 @@ the user to set:
   ``_silu_mul``, or Triton's standard library such as ``tl.sigmoid``, which Triton decorated at
   import time) would raise "Cannot call @triton.jit'd outside of the scope of a kernel". While
   :func:`interpreting` is active, such a call runs the helper through the interpreter instead.
-  Outside it Triton's behaviour is unchanged.
+  The patches that do this (``JITFunction.__call__`` and the interpreter's fp32 -> bf16 cast)
+  are installed by the outermost :func:`interpreting` block and removed when it ends: importing
+  the package patches nothing, and outside an interpreted launch Triton is as shipped.
+* On CUDA, :class:`CudaLauncher` is the thin launch path: the ``CompiledKernel`` of each launch
+  key is cached after its first launch, later launches call its C launcher directly with the
+  current stream. :func:`resolve_pdl` decides programmatic dependent launch (``enable_pdl``).
 
 Both paths execute the same source lines, so the code the CPU tests check is the code the GPU
 runs. Triton's interpreter is not bit-faithful in one place: it converts fp32 -> bf16 by
@@ -29,10 +34,12 @@ import threading
 import numpy as np
 import torch
 import triton.language as tl
+from triton import knobs
 from triton.runtime.interpreter import InterpretedFunction, TensorHandle, interpreter_builder
 from triton.runtime.jit import JITFunction
 
 _state = threading.local()
+_ABSENT = object()
 _lock = threading.RLock()
 _interpreted: dict[int, InterpretedFunction] = {}
 _original_jit_call = JITFunction.__call__
@@ -50,9 +57,6 @@ def _jit_call(self, *args, **kwargs):
     if getattr(_state, "depth", 0) > 0:
         return _as_interpreted(self)(*args, **kwargs)
     return _original_jit_call(self, *args, **kwargs)
-
-
-JITFunction.__call__ = _jit_call
 
 
 _BF16_ROUNDING = {"mode": "rne"}
@@ -87,7 +91,25 @@ def _cast_impl(src, dst_type):
     return _original_cast_impl(src, dst_type)
 
 
-interpreter_builder.cast_impl = _cast_impl
+# The two patches an interpreted launch needs, applied by the outermost :func:`interpreting` block
+# only and taken back when it ends: importing the package changes nothing in Triton.
+_SCOPED_PATCHES = ((JITFunction, "__call__", _jit_call), (interpreter_builder, "cast_impl", _cast_impl))
+
+
+def _apply_scoped_patches() -> list[tuple[object, str, object]]:
+    saved = []
+    for obj, name, value in _SCOPED_PATCHES:
+        saved.append((obj, name, vars(obj).get(name, _ABSENT)))
+        setattr(obj, name, value)
+    return saved
+
+
+def _undo_scoped_patches(saved) -> None:
+    for obj, name, value in reversed(saved):
+        if value is _ABSENT:
+            delattr(obj, name)
+        else:
+            setattr(obj, name, value)
 
 
 # What Triton's interpreter patches while it runs: the language modules, the tensor and dtype
@@ -101,9 +123,6 @@ _PATCHED_BY_INTERPRETER = (tl, tl.core, tl.math, tl.core.tensor, tl.core.dtype, 
 
 def _snapshot() -> list[tuple[object, dict]]:
     return [(obj, dict(vars(obj))) for obj in _PATCHED_BY_INTERPRETER]
-
-
-_ABSENT = object()
 
 
 def _differences(snapshot: list[tuple[object, dict]]):
@@ -133,11 +152,22 @@ def interpreting():
     """Within this block, compiled-mode ``@triton.jit`` helpers called from interpreted code run
     through the interpreter (also used by the helion originals on CPU). On leaving the outermost
     block, everything the interpreter patched in ``triton.language`` is put back, so compiled
-    kernels still build in the same process."""
+    kernels still build in the same process.
+
+    The package's own two patches (``JITFunction.__call__`` and the interpreter's fp32 -> bf16
+    cast) are installed by the outermost block and removed when it ends. The outermost block
+    holds a process-wide lock, so interpreted launches of different threads run one at a time;
+    a compiled-kernel call from another thread meanwhile sees Triton's behaviour (the patched
+    ``__call__`` defers to the original outside an interpreted run of its own thread)."""
     depth = getattr(_state, "depth", 0)
     if depth == 0:
         _lock.acquire()
-        snapshot = _snapshot()
+        try:
+            snapshot = _snapshot()
+            patches = _apply_scoped_patches()
+        except BaseException:
+            _lock.release()
+            raise
     _state.depth = depth + 1
     try:
         yield
@@ -145,6 +175,7 @@ def interpreting():
         _state.depth = depth
         if depth == 0:
             try:
+                _undo_scoped_patches(patches)
                 _restore(snapshot)
             finally:
                 _lock.release()
@@ -180,3 +211,141 @@ def launch(kernel, grid, device: torch.device, *args, **kwargs):
         kernel = _as_interpreted(kernel)
     with interpreting():
         return kernel[grid](*args, **kwargs)
+
+
+# ---- CUDA: PDL default and the thin launch path -----------------------------------------------
+
+_PDL_CAPABLE: dict[int, bool] = {}
+
+
+def pdl_default(device: torch.device) -> bool:
+    """Whether ``enable_pdl=None`` turns programmatic dependent launch on for tensors on
+    ``device``: CUDA tensors on compute capability >= 9.0 (Hopper and newer), compiled (not
+    interpreted). The capability is read once per device and cached."""
+    if uses_interpreter(device):
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    capable = _PDL_CAPABLE.get(index)
+    if capable is None:
+        capable = _PDL_CAPABLE[index] = torch.cuda.get_device_capability(index) >= (9, 0)
+    return capable
+
+
+def pdl_default_index(index: int) -> bool:
+    """:func:`pdl_default` for a CUDA device index (compiled launches only)."""
+    capable = _PDL_CAPABLE.get(index)
+    if capable is None:
+        capable = _PDL_CAPABLE[index] = torch.cuda.get_device_capability(index) >= (9, 0)
+    return capable
+
+
+def interpret_env() -> bool:
+    """``TRITON_INTERPRET=1``: the user forces the interpreter for CUDA tensors too."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def resolve_pdl(enable_pdl, device: torch.device) -> bool:
+    """``enable_pdl`` as given (a bool) or its default (:func:`pdl_default`); never on under the
+    interpreter, which has no grid dependency control."""
+    if enable_pdl is None:
+        return pdl_default(device)
+    if not isinstance(enable_pdl, bool):
+        raise TypeError(f"enable_pdl must be a bool or None, got {type(enable_pdl).__name__}")
+    return enable_pdl and not uses_interpreter(device)
+
+
+_I32_MIN, _I32_MAX, _I64_MAX = -(2**31), 2**31 - 1, 2**63 - 1
+
+
+def arg_spec(value, specialize: bool = True):
+    """What Triton's ``specialize_impl`` keeps of a runtime argument, as a small hashable value:
+    for a tensor its dtype and whether its address is 16-byte aligned; for an int its width class
+    (i32, i64, u64) and, unless the parameter is in ``do_not_specialize``, whether it equals 1
+    (Triton turns it into a constant) or is divisible by 16. ``tests/test_ops.py`` checks that
+    equal specs imply equal Triton specializations over many values."""
+    if isinstance(value, torch.Tensor):
+        return value.dtype, value.data_ptr() & 15 == 0
+    if value.__class__ is int:
+        width = 0 if _I32_MIN <= value <= _I32_MAX else (1 if value <= _I64_MAX and value >= -(2**63) else 2)
+        if not specialize:
+            return width
+        return width, value == 1, value & 15 == 0
+    raise TypeError(f"unsupported kernel argument {value!r}")
+
+
+class CudaLauncher:
+    """Launches one ``@triton.jit`` kernel on CUDA tensors, compiled once per launch key and
+    afterwards straight through the compiled kernel's C launcher (no re-binding of arguments,
+    no specialization of every argument by Triton's ``JITFunction.run``).
+
+    The caller passes ``key``, which must determine everything Triton specializes on: the
+    constexpr values, the launch options (``num_warps``, ``launch_pdl``), and :func:`arg_spec` of
+    every runtime argument (dtypes, 16-byte alignment of pointers, int width and the ==1 / %16
+    properties of specialized ints). ``args`` are all of the kernel's parameters in order
+    (constexprs included, as Triton's own launcher passes them). The first launch of a key goes
+    through ``kernel[grid](...)``, which compiles (or loads from Triton's cache) and runs; its
+    ``CompiledKernel`` is kept. When a Triton launch hook is installed (a profiler), every
+    launch goes through ``kernel[grid]`` so the hooks see it.
+    """
+
+    def __init__(self, kernel: JITFunction, constexpr_names: tuple[str, ...]):
+        self.kernel = kernel
+        names = kernel.arg_names
+        self.n_runtime = len(names) - len(constexpr_names)
+        assert tuple(names[self.n_runtime :]) == tuple(constexpr_names), "constexprs must come last, in order"
+        self.constexpr_names = constexpr_names
+        self._cache: dict = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, key, grid0: int, device_index: int, args: tuple, num_warps: int, launch_pdl: bool):
+        entry = self._cache.get(key)
+        if entry is not None and _no_launch_hooks() and _get_device() == device_index:
+            launch, function, packed_metadata, coop = entry
+            stream = _get_raw_stream(device_index)
+            launch(
+                grid0, 1, 1, stream, function, coop, launch_pdl, None, None, packed_metadata, None, None, None, *args
+            )  # noqa: E501
+            return
+        self._first_launch(key, grid0, device_index, args, num_warps, launch_pdl)
+
+    def _first_launch(self, key, grid0, device_index, args, num_warps, launch_pdl):
+        n = self.n_runtime
+        constexprs = dict(zip(self.constexpr_names, args[n:]))
+        with torch.cuda.device(device_index):
+            compiled = self.kernel[(grid0,)](*args[:n], **constexprs, num_warps=num_warps, launch_pdl=launch_pdl)
+            launcher = compiled.run  # loads the module on this device
+        if not _no_launch_hooks():
+            return
+        if device_index != torch.cuda.current_device():
+            return  # the fast path launches on the current device, as Triton does: keep the slow path
+        if launcher.global_scratch_size or launcher.profile_scratch_size or launcher.num_ctas != 1:
+            return  # needs Triton's scratch allocation: keep the slow path for this key
+        if bool(launcher.launch_pdl) != launch_pdl:
+            raise RuntimeError("launch_pdl did not reach the compiled kernel's metadata")
+        with self._lock:
+            coop = launcher.launch_cooperative_grid
+            self._cache[key] = (launcher.launch, compiled.function, compiled.packed_metadata, coop)
+
+    def cached_keys(self) -> list:
+        return list(self._cache)
+
+
+def _no_launch_hooks() -> bool:
+    """No launch enter/exit hook is installed (Triton 3.6 keeps an empty ``HookChain`` there by
+    default; a profiler adds to it or replaces it)."""
+    runtime = knobs.runtime
+    for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook):
+        if hook is not None and (hook.__class__ is not _HookChain or hook.calls):
+            return False
+    return True
+
+
+_HookChain = getattr(knobs, "HookChain", type(None))
+
+
+def _get_raw_stream(device_index: int) -> int:
+    return torch._C._cuda_getCurrentRawStream(device_index)
+
+
+def _get_device() -> int:
+    return torch._C._cuda_getDevice()

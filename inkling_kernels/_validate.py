@@ -46,3 +46,61 @@ def check_offsets(name: str, offsets, device: torch.device) -> torch.Tensor:
     if offsets.numel() < 2:
         raise ValueError(f"{name} must have E+1 >= 2 entries, got {offsets.numel()}")
     return offsets
+
+
+def _byte_span(t: torch.Tensor) -> tuple[int, int, int, int]:
+    """(first byte, one past the last byte, row stride in bytes, row width in bytes) of a 1-D or
+    2-D tensor whose last dimension has unit stride (a 1-D tensor is one row)."""
+    es = t.element_size()
+    lo = t.data_ptr()
+    if t.dim() == 1:
+        n = t.shape[0]
+        step = t.stride(0) if n > 1 else 1
+        return lo, lo + ((n - 1) * step + 1) * es, 0, ((n - 1) * step + 1) * es
+    rows, width = t.shape
+    stride = t.stride(0)
+    return lo, lo + ((rows - 1) * stride + width) * es, stride * es, width * es
+
+
+def check_no_overlaps(outputs, inputs) -> None:
+    """:func:`check_no_overlap` for every (output, input) pair and between the outputs, each byte
+    range computed once; the exact check runs only for pairs whose ranges intersect.
+    ``outputs`` and ``inputs``: sequences of (name, tensor or None)."""
+    outs = [(n, t, _byte_span(t)) for n, t in outputs if t is not None and t.numel()]
+    ins = [(n, t, _byte_span(t)) for n, t in inputs if t is not None and t.numel()]
+    for i, (o_name, o, (a_lo, a_hi, _, _)) in enumerate(outs):
+        for i_name, t, (b_lo, b_hi, _, _) in ins + outs[i + 1 :]:
+            if a_lo < b_hi and b_lo < a_hi:
+                check_no_overlap(o_name, o, i_name, t)
+
+
+def check_no_overlap(name: str, out: torch.Tensor, other_name: str, other: torch.Tensor) -> None:
+    """Refuse an output that shares memory with an input, as torch's own ``out=`` ops do: the
+    kernels' programs would read elements that other programs have already overwritten. Exact
+    for row slices of one buffer with the same row stride (e.g. ``buf[:, :2N]`` and ``buf[:, 2N:]``
+    are accepted); otherwise any intersection of the two byte ranges is refused."""
+    if out.numel() == 0 or other.numel() == 0:
+        return
+    a_lo, a_hi, a_stride, a_width = _byte_span(out)
+    b_lo, b_hi, b_stride, b_width = _byte_span(other)
+    if a_hi <= b_lo or b_hi <= a_lo:
+        return
+    if a_stride == b_stride and a_stride > 0 and a_width <= a_stride and b_width <= b_stride:
+        # rows repeat every `stride` bytes in both: compare the two windows within one period
+        d = (b_lo - a_lo) % a_stride
+        if d >= a_width and d + b_width <= a_stride:
+            return
+    raise ValueError(f"{name} overlaps {other_name} in memory: give {name} its own buffer")
+
+
+def check_no_grad(**tensors) -> None:
+    """These are inference ops without a backward: refuse inputs that require grad in grad mode
+    instead of returning an output silently detached from the graph."""
+    if not torch.is_grad_enabled():
+        return
+    for name, t in tensors.items():
+        if t is not None and t.requires_grad:
+            raise ValueError(
+                f"{name} requires grad: inkling ops are inference-only (no backward); "
+                "call them under torch.no_grad() / torch.inference_mode() or pass a detached tensor"
+            )

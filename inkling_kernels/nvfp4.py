@@ -20,8 +20,17 @@ import triton
 import triton.language as tl
 
 from . import _backend
-from ._validate import ACT_DTYPES_FP4, FLOAT_DTYPES, check_offsets, check_row_major, check_same_device, check_tensor
-from .reference import NVFP4_BLOCK, padded_blockscale_offsets
+from ._validate import (
+    ACT_DTYPES_FP4,
+    FLOAT_DTYPES,
+    check_no_grad,
+    check_no_overlaps,
+    check_offsets,
+    check_row_major,
+    check_same_device,
+    check_tensor,
+)
+from .reference import NVFP4_BLOCK
 from .silu_and_mul import INT32_LIMIT, _silu_mul
 
 ACT_NONE, ACT_INTERLEAVED, ACT_NON_INTERLEAVED = 0, 1, 2
@@ -131,7 +140,7 @@ def _pack_half(xb, mult, s_nan, BLOCK_M: tl.constexpr, NB: tl.constexpr):
     return (even | (odd << 4)).to(tl.uint8)
 
 
-@triton.jit(do_not_specialize=["E", "total_scale_rows"])
+@triton.jit(do_not_specialize=["M", "E", "total_scale_rows"])
 def nvfp4_quant_kernel(
     x_ptr,  # ACT_NONE: x[M, N]; otherwise gateup[M, 2N] in the layout ACT names
     weight_ptr,  # [M] per-row weights (fused path only, HAS_WEIGHT)
@@ -141,6 +150,7 @@ def nvfp4_quant_kernel(
     packed_ptr,  # [M, N/2] uint8 out
     scale_ptr,  # [total_scale_rows, SCALE_COLS] uint8 out (swizzled or linear)
     stride_x,  # row stride of x_ptr, in elements
+    M,  # rows of x / packed: token rows outside [0, M) are never touched, whatever the offsets say
     E,
     total_scale_rows,
     N: tl.constexpr,
@@ -152,6 +162,7 @@ def nvfp4_quant_kernel(
     BLOCK_K: tl.constexpr,  # elements of N per program, a multiple of 64
     SEARCH_STEPS: tl.constexpr,
     INT64: tl.constexpr,
+    USE_PDL: tl.constexpr = False,  # wait on the grid dependency / signal dependents (sm_90+)
 ):
     NB: tl.constexpr = BLOCK_K // 16  # scale blocks per program row
     K_TILES: tl.constexpr = (SCALE_COLS * 16 + BLOCK_K - 1) // BLOCK_K
@@ -161,11 +172,17 @@ def nvfp4_quant_kernel(
     # Rows of the scale buffer this program owns (padding rows included) and their experts.
     r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     r_ok = r < total_scale_rows
+    if USE_PDL:
+        # Programmatic dependent launch: wait for the previous kernel's writes (offsets, scales,
+        # activations may all come from it) before the first global load.
+        tl.extra.cuda.gdc_wait()
     e = _expert_of_rows(tl.where(r_ok, r, 0), scale_off_ptr, E, SEARCH_STEPS)
     local = r - tl.load(scale_off_ptr + e)
     row_start = tl.load(expert_off_ptr + e)
     valid = r_ok & (local < tl.load(expert_off_ptr + e + 1) - row_start)  # a real token row
     m = row_start + local
+    # Offsets that were not validated (CUDA graphs, validate=False) cannot send a row out of bounds.
+    valid = valid & (m >= 0) & (m < M)
     if INT64:
         m = m.to(tl.int64)
     gs = tl.load(gs_ptr + e)  # [BLOCK_M]
@@ -225,6 +242,8 @@ def nvfp4_quant_kernel(
     else:
         offs = r_s[:, None] * SCALE_COLS + k[None, :]
     tl.store(scale_ptr + offs, s8.to(tl.uint8), mask=r_ok[:, None] & (k < SCALE_COLS)[None, :])
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 def _quant_config(N: int, interpreted: bool, fused: bool = True) -> tuple[int, int, int]:
@@ -247,6 +266,31 @@ def _quant_config(N: int, interpreted: bool, fused: bool = True) -> tuple[int, i
     return block_m, block_k, 4
 
 
+def max_blockscale_rows(M: int, E: int = 1) -> int:
+    """A static upper bound on the swizzled scale rows of ``M`` token rows split over ``E``
+    experts, valid for any split: ``floor((M + 127 * E) / 128) * 128``.
+
+    Each expert's scale rows are its token count rounded up to 128, so the total
+    ``sum_e round_up(c_e, 128)`` is at most ``sum_e (c_e + 127) = M + 127 E`` and a multiple of
+    128, hence at most the largest multiple of 128 not above ``M + 127 E`` (reached when M >= E:
+    E - 1 experts of one row and one with the rest). It depends on shapes only: the scales of the
+    registered ops (and of a functional call in capture or with ``validate=False``) have this many
+    rows, and a CUDA graph captured for ``M`` rows can be replayed with any expert split. Rows
+    past ``blockscale_offsets[-1]`` are zero padding."""
+    if M < 0 or E < 1:
+        raise ValueError(f"need M >= 0 and E >= 1, got M={M}, E={E}")
+    return (M + 127 * E) // 128 * 128
+
+
+def default_blockscale_offsets(expert_offsets: torch.Tensor) -> torch.Tensor:
+    """``[0, cumsum(round_up(counts, 128))]`` (int64), computed on ``expert_offsets``' device
+    with no host synchronization (capturable in a CUDA graph)."""
+    counts = expert_offsets[1:] - expert_offsets[:-1]
+    out = torch.zeros(expert_offsets.shape[0], dtype=torch.int64, device=expert_offsets.device)
+    torch.cumsum((counts + 127) // 128 * 128, 0, out=out[1:])
+    return out
+
+
 def _check_global_scale(global_scale, E: int, device) -> torch.Tensor:
     check_tensor("global_scale", global_scale, dtypes=(torch.float32,))
     if global_scale.numel() != E:
@@ -258,7 +302,12 @@ def _check_global_scale(global_scale, E: int, device) -> torch.Tensor:
     return global_scale.reshape(E).contiguous()
 
 
-def _check_offset_values(expert_offsets, blockscale_offsets, M: int, swizzle: bool) -> None:
+def _check_values(global_scale, expert_offsets, blockscale_offsets, M: int, swizzle: bool, scale_rows) -> int:
+    """The value checks of device-resident arguments: one host read (a synchronization).
+    Returns the scale rows the offsets need (``blockscale_offsets[-1]``, or M when linear)."""
+    gs = global_scale.detach().cpu()
+    if not bool(torch.isfinite(gs).all()) or bool((gs < 0).any()):
+        raise ValueError(f"global_scale must be finite and >= 0, got {gs.tolist()[:8]}")
     eo = expert_offsets.cpu().long()
     if int(eo[0]) != 0:
         raise ValueError(f"expert_offsets must start at 0, got {int(eo[0])}")
@@ -267,7 +316,7 @@ def _check_offset_values(expert_offsets, blockscale_offsets, M: int, swizzle: bo
     if int(eo[-1]) != M:
         raise ValueError(f"expert_offsets must end at M={M}, got {int(eo[-1])}")
     if not swizzle:
-        return
+        return M
     bo = blockscale_offsets.cpu().long()
     if int(bo[0]) != 0:
         raise ValueError(f"blockscale_offsets must start at 0, got {int(bo[0])}")
@@ -281,6 +330,11 @@ def _check_offset_values(expert_offsets, blockscale_offsets, M: int, swizzle: bo
             f"blockscale_offsets inconsistent with expert_offsets: expert {bad} has {int(counts[bad])} rows "
             f"but {int(room[bad])} scale rows"
         )
+    if scale_rows is not None and int(bo[-1]) > scale_rows:
+        raise ValueError(
+            f"blockscale_offsets end at {int(bo[-1])} scale rows but the scales output has {scale_rows} rows"
+        )
+    return int(bo[-1])
 
 
 def _launch_quant(
@@ -293,19 +347,22 @@ def _launch_quant(
     topk_weights,
     swizzle: bool,
     out,
-    validate: bool,
+    validate,
     config: tuple[int, int, int] | None = None,
+    scale_rows: int | None = None,
+    enable_pdl: bool | None = None,
 ):
     device = src.device
     M = src.shape[0]
     if expert_offsets is None:
-        expert_offsets = torch.tensor([0, M], dtype=torch.int32, device=device)
+        # [0, M] built on the device (a kernel, not a host-to-device copy: capturable)
+        expert_offsets = torch.arange(2, dtype=torch.int64, device=device) * M
     check_offsets("expert_offsets", expert_offsets, device)
     E = expert_offsets.numel() - 1
     gs = _check_global_scale(global_scale, E, device)
     if swizzle:
         if blockscale_offsets is None:
-            blockscale_offsets = padded_blockscale_offsets(expert_offsets.cpu().long()).to(device)
+            blockscale_offsets = default_blockscale_offsets(expert_offsets)
         check_offsets("blockscale_offsets", blockscale_offsets, device)
         if blockscale_offsets.numel() != E + 1:
             raise ValueError(
@@ -314,54 +371,103 @@ def _launch_quant(
             )
     elif blockscale_offsets is not None:
         raise ValueError("blockscale_offsets applies to swizzled scales only (swizzle=False was given)")
+    if validate is not None and not isinstance(validate, bool):
+        raise TypeError(f"validate must be a bool or None, got {type(validate).__name__}")
     scale_offsets = blockscale_offsets if swizzle else expert_offsets
     scale_cols = (N // NVFP4_BLOCK + 3) // 4 * 4 if swizzle else N // NVFP4_BLOCK
-    if validate:
-        _check_offset_values(expert_offsets, blockscale_offsets, M, swizzle)
     if out is not None:
+        if scale_rows is not None:
+            raise ValueError("scale_rows applies to calls without out (the scales in out have their own rows)")
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
+            raise TypeError("out must be a (packed, scales) pair of uint8 tensors")
         packed, scales = out
-        total_rows = scales.shape[0]
+        check_tensor("out[0]", packed)
+        check_tensor("out[1]", scales)
+        total_rows = scales.shape[0] if scales.dim() == 2 else -1
         if packed.shape != (M, N // 2) or packed.dtype != torch.uint8 or packed.device != device:
             raise ValueError(f"out[0] must be a uint8 tensor of shape ({M}, {N // 2}) on {device}")
         if scales.dim() != 2 or scales.shape[1] != scale_cols or scales.dtype != torch.uint8 or scales.device != device:
             raise ValueError(f"out[1] must be a uint8 tensor of shape (rows, {scale_cols}) on {device}")
+        if not swizzle and total_rows != M:
+            raise ValueError(f"out[1] must have M={M} rows for linear scales, got {total_rows}")
         if not (packed.is_contiguous() and scales.is_contiguous()):
             raise ValueError("out tensors must be contiguous")
+        check_no_overlaps(
+            (("out[0]", packed), ("out[1]", scales)),
+            (("the input", src), ("topk_weights", topk_weights), ("global_scale", gs),
+             ("expert_offsets", expert_offsets), ("blockscale_offsets", blockscale_offsets)),
+        )  # fmt: skip
     else:
-        total_rows = int(scale_offsets[-1]) if swizzle else M
+        if scale_rows is not None:
+            if not swizzle and scale_rows != M:
+                raise ValueError(f"scale_rows must be M={M} for linear scales, got {scale_rows}")
+            if not isinstance(scale_rows, int) or scale_rows < 0:
+                raise ValueError(f"scale_rows must be a non-negative int, got {scale_rows!r}")
+        total_rows = scale_rows
+    check_no_grad(input=src, topk_weights=topk_weights, global_scale=global_scale)
+    # Value checks read device tensors on the host: by default only when no output was given and
+    # the stream is not capturing; validate=True asks for them with out too (not in capture).
+    interpreted = _backend.uses_interpreter(device)
+    capturing = not interpreted and torch.cuda.is_current_stream_capturing()
+    if validate is True and capturing:
+        raise ValueError("validate=True reads offsets on the host, which CUDA graph capture forbids: use None")
+    checked_rows = None
+    if validate is True or (validate is None and out is None and not capturing):
+        checked_rows = _check_values(gs, expert_offsets, blockscale_offsets, M, swizzle, total_rows)
+    if out is None:
+        if total_rows is None:
+            # exact rows when the checks read the offsets anyway; else the static bound
+            if not swizzle:
+                total_rows = M
+            elif checked_rows is not None:
+                total_rows = checked_rows
+            else:
+                total_rows = max_blockscale_rows(M, E)
         packed = torch.empty((M, N // 2), dtype=torch.uint8, device=device)
         scales = torch.empty((total_rows, scale_cols), dtype=torch.uint8, device=device)
     if total_rows == 0:
         return packed, scales
-    block_m, block_k, warps = config or _quant_config(N, _backend.uses_interpreter(device), fused=act != ACT_NONE)
-    grid = (triton.cdiv(total_rows, block_m) * triton.cdiv(scale_cols * 16, block_k),)
-    int64 = max(M * max(src.stride(0), 1), total_rows * scale_cols) >= INT32_LIMIT
+    if config is None:
+        ckey = (N, interpreted, act != ACT_NONE)
+        config = _QUANT_CONFIGS.get(ckey)
+        if config is None:
+            config = _QUANT_CONFIGS[ckey] = _quant_config(N, interpreted, fused=act != ACT_NONE)
+    block_m, block_k, warps = config
+    grid0 = triton.cdiv(total_rows, block_m) * triton.cdiv(scale_cols * 16, block_k)
+    stride_x = src.stride(0)
+    int64 = max(M * max(stride_x, 1), total_rows * scale_cols) >= INT32_LIMIT
+    weight = topk_weights if topk_weights is not None else gs
+    has_weight = topk_weights is not None
+    steps = max(1, (E - 1).bit_length())
+    if not interpreted:
+        pdl = _backend.resolve_pdl(enable_pdl, device)
+        spec = _backend.arg_spec
+        key = (
+            device.index, pdl, warps, N, scale_cols, act, has_weight, swizzle, block_m, block_k, steps, int64,
+            spec(src), spec(weight), spec(gs), spec(expert_offsets), spec(scale_offsets), spec(packed),
+            spec(scales), spec(stride_x), spec(M, False), spec(E, False), spec(total_rows, False),
+        )  # fmt: skip
+        args = (
+            src, weight, gs, expert_offsets, scale_offsets, packed, scales, stride_x, M, E, total_rows,
+            N, scale_cols, act, has_weight, swizzle, block_m, block_k, steps, int64, pdl,
+        )  # fmt: skip
+        _LAUNCHER(key, grid0, device.index, args, warps, pdl)
+        return packed, scales
+    _backend.resolve_pdl(enable_pdl, device)  # type check only: never on under the interpreter
     _backend.launch(
-        nvfp4_quant_kernel,
-        grid,
-        device,
-        src,
-        topk_weights if topk_weights is not None else gs,
-        gs,
-        expert_offsets,
-        scale_offsets,
-        packed,
-        scales,
-        src.stride(0),
-        E,
-        total_rows,
-        N=N,
-        SCALE_COLS=scale_cols,
-        ACT=act,
-        HAS_WEIGHT=topk_weights is not None,
-        SWIZZLE=swizzle,
-        BLOCK_M=block_m,
-        BLOCK_K=block_k,
-        SEARCH_STEPS=max(1, (E - 1).bit_length()),
-        INT64=int64,
-        num_warps=warps,
-    )
+        nvfp4_quant_kernel, (grid0,), device, src, weight, gs, expert_offsets, scale_offsets, packed, scales,
+        stride_x, M, E, total_rows, N=N, SCALE_COLS=scale_cols, ACT=act, HAS_WEIGHT=has_weight, SWIZZLE=swizzle,
+        BLOCK_M=block_m, BLOCK_K=block_k, SEARCH_STEPS=steps, INT64=int64, USE_PDL=False, num_warps=warps,
+    )  # fmt: skip
     return packed, scales
+
+
+_QUANT_CONFIGS: dict[tuple[int, bool, bool], tuple[int, int, int]] = {}
+
+_LAUNCHER = _backend.CudaLauncher(
+    nvfp4_quant_kernel,
+    ("N", "SCALE_COLS", "ACT", "HAS_WEIGHT", "SWIZZLE", "BLOCK_M", "BLOCK_K", "SEARCH_STEPS", "INT64", "USE_PDL"),
+)
 
 
 def nvfp4_quant(
@@ -372,67 +478,92 @@ def nvfp4_quant(
     blockscale_offsets: torch.Tensor | None = None,
     swizzle: bool = True,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
-    validate: bool = True,
+    validate: bool | None = None,
     config: tuple[int, int, int] | None = None,
+    scale_rows: int | None = None,
+    enable_pdl: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize ``x[M, N]`` to NVFP4, each expert's rows with its own global scale.
 
     Args:
         x: ``[M, N]`` bf16 or fp16 (fp32 accepted too), N a multiple of 16; rows may be strided.
         global_scale: fp32 ``[E]`` (``[1]`` or a 0-d tensor without experts), conventionally
-            ``448 * 6 / amax`` of the expert's activations.
+            ``448 * 6 / amax`` of the expert's activations; finite and >= 0.
         expert_offsets: int32/int64 ``[E+1]``, rows of expert e are
-            ``expert_offsets[e]:expert_offsets[e+1]`` (non-decreasing, 0 to M). Default ``[0, M]``.
+            ``expert_offsets[e]:expert_offsets[e+1]`` (non-decreasing, 0 to M). Default ``[0, M]``
+            (built on the device).
         blockscale_offsets: int32/int64 ``[E+1]``, where each expert's scale rows start in the
             swizzled buffer (multiples of 128, room for the expert's rows). Default: the counts
-            rounded up to 128, cumulated (computing it reads ``expert_offsets`` on the host).
+            rounded up to 128, cumulated, computed on the device (:func:`default_blockscale_offsets`).
         swizzle: write scales in the 128x4 layout of the NVFP4 GEMM (default) or linear ``[M, N/16]``.
-        out: optional preallocated ``(packed, scales)``; with ``validate=False`` no host sync
-            happens, so the call can be captured in a CUDA graph.
-        validate: check the offsets' values (reads them on the host).
+        out: optional preallocated ``(packed, scales)``: ``packed`` uint8 ``[M, N/2]``, ``scales``
+            uint8 ``[R, ceil(N/64)*4]`` with ``R >= blockscale_offsets[-1]`` (swizzled; e.g.
+            :func:`max_blockscale_rows`) or ``[M, N/16]`` (linear); contiguous, not overlapping
+            the input. Scale rows past the experts' rows are written as zero.
+        validate: value checks of the device-resident arguments (offsets consistent and in range,
+            ``global_scale`` finite and >= 0, the scales output big enough). They read those
+            tensors on the host, a synchronization, so ``None`` (default) runs them only when
+            ``out`` is not given and the current stream is not capturing a CUDA graph; ``True``
+            runs them also with ``out`` (refused during capture); ``False`` never. Unchecked
+            offsets cannot make the kernel access memory out of bounds (rows outside ``[0, M)``
+            and scale rows past the output are skipped), but wrong offsets give wrong results.
+            Shapes, dtypes and devices are always checked (no synchronization).
         config: optional ``(BLOCK_M, BLOCK_K, num_warps)`` overriding the launch heuristic
             (benchmarks; tiles never change the result).
+        scale_rows: rows of the swizzled scales output when ``out`` is not given. Default: when
+            the value checks run (``validate`` not False, not capturing), exactly
+            ``blockscale_offsets[-1]`` (read on the host with the checks); otherwise (CUDA graph
+            capture, ``validate=False``) :func:`max_blockscale_rows` ``(M, E)``, a bound that
+            depends on shapes only. The registered ops, and so these functions inside
+            ``torch.compile``, always use the bound; pass ``scale_rows`` to get one row count in
+            every mode.
+        enable_pdl: programmatic dependent launch, as in :func:`~inkling_kernels.silu_and_mul`
+            (``None``: on for CUDA on compute capability >= 9.0); never changes the result.
 
     Returns:
         ``packed``: uint8 ``[M, N/2]``, element 2i in the low nibble; ``scales``: uint8 e4m3
-        bytes, ``[blockscale_offsets[-1], ceil(N/64)*4]`` swizzled (padding zero) or ``[M, N/16]``.
+        bytes, swizzled ``[scale_rows, ceil(N/64)*4]`` (each expert's rows from
+        ``blockscale_offsets[e]``, everything else zero; see ``scale_rows`` for the row count)
+        or linear ``[M, N/16]``.
+
+    With ``out`` given (or with the default ``validate=None`` inside CUDA graph capture) the call
+    never synchronizes with the host and can be captured in a CUDA graph; a graph captured with
+    ``out`` and offset tensors can be replayed after writing new offsets into those tensors in
+    place, as long as the scale rows still fit. Inference only: inputs that require grad are
+    refused while grad mode is on.
     """
+    if torch.compiler.is_compiling():
+        if config is not None:
+            raise ValueError("config (a benchmark override) is not supported under torch.compile")
+        if out is None:
+            return torch.ops.inkling.nvfp4_quant(
+                x, global_scale, expert_offsets, blockscale_offsets, swizzle, scale_rows, validate, enable_pdl
+            )
+        torch.ops.inkling.nvfp4_quant_out(
+            x, global_scale, expert_offsets, blockscale_offsets, swizzle, validate, enable_pdl, packed=out[0],
+            scales=out[1],
+        )  # fmt: skip
+        return out[0], out[1]
+    return _nvfp4_quant_eager(
+        x, global_scale, expert_offsets, blockscale_offsets, swizzle, out, validate, config, scale_rows, enable_pdl
+    )
+
+
+def _nvfp4_quant_eager(
+    x, global_scale, expert_offsets, blockscale_offsets, swizzle, out, validate, config, scale_rows, enable_pdl
+):
     check_tensor("x", x, ndim=2, dtypes=FLOAT_DTYPES)
     check_row_major("x", x)
     N = x.shape[1]
     if N == 0 or N % NVFP4_BLOCK:
         raise ValueError(f"x's last dimension must be a positive multiple of {NVFP4_BLOCK}, got {N}")
     return _launch_quant(
-        x, ACT_NONE, N, global_scale, expert_offsets, blockscale_offsets, None, swizzle, out, validate, config
-    )
+        x, ACT_NONE, N, global_scale, expert_offsets, blockscale_offsets, None, swizzle, out, validate, config,
+        scale_rows, enable_pdl,
+    )  # fmt: skip
 
 
-def silu_and_mul_nvfp4_quant(
-    gateup: torch.Tensor,
-    global_scale: torch.Tensor,
-    expert_offsets: torch.Tensor,
-    blockscale_offsets: torch.Tensor | None = None,
-    *,
-    interleaved: bool = False,
-    topk_weights: torch.Tensor | None = None,
-    swizzle: bool = True,
-    out: tuple[torch.Tensor, torch.Tensor] | None = None,
-    validate: bool = True,
-    config: tuple[int, int, int] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``nvfp4_quant(silu_and_mul(gateup, topk_weights, interleaved=...), ...)`` in one kernel,
-    bit for bit, with no intermediate tensor.
-
-    Args:
-        gateup: ``[M, 2N]`` bf16 or fp16, N a multiple of 16; gate || up (``interleaved=False``,
-            the default here) or g0 u0 g1 u1 ... (``interleaved=True``).
-        global_scale, expert_offsets, blockscale_offsets, swizzle, out, validate, config: as in
-            :func:`nvfp4_quant`.
-        topk_weights: optional ``[M]`` float per-row weights, multiplied last in fp32.
-
-    Returns:
-        ``(packed uint8[M, N/2], scales uint8)`` as :func:`nvfp4_quant`.
-    """
+def _check_fused_args(gateup, interleaved, topk_weights) -> int:
     check_tensor("gateup", gateup, ndim=2, dtypes=ACT_DTYPES_FP4)
     check_row_major("gateup", gateup)
     if not isinstance(interleaved, bool):
@@ -447,10 +578,68 @@ def silu_and_mul_nvfp4_quant(
         check_same_device("gateup", gateup, "topk_weights", topk_weights)
         if topk_weights.shape[0] != gateup.shape[0]:
             raise ValueError(f"topk_weights must have shape ({gateup.shape[0]},), got {tuple(topk_weights.shape)}")
+    return N
+
+
+def silu_and_mul_nvfp4_quant(
+    gateup: torch.Tensor,
+    global_scale: torch.Tensor,
+    expert_offsets: torch.Tensor | None = None,
+    blockscale_offsets: torch.Tensor | None = None,
+    *,
+    interleaved: bool = False,
+    topk_weights: torch.Tensor | None = None,
+    swizzle: bool = True,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    validate: bool | None = None,
+    config: tuple[int, int, int] | None = None,
+    scale_rows: int | None = None,
+    enable_pdl: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``nvfp4_quant(silu_and_mul(gateup, topk_weights, interleaved=...), ...)`` in one kernel,
+    bit for bit, with no intermediate tensor.
+
+    Args:
+        gateup: ``[M, 2N]`` bf16 or fp16, N a multiple of 16; gate || up (``interleaved=False``,
+            the default here) or g0 u0 g1 u1 ... (``interleaved=True``).
+        global_scale, expert_offsets, blockscale_offsets, swizzle, out, validate, config,
+        scale_rows, enable_pdl: as in :func:`nvfp4_quant` (``expert_offsets`` defaults to one
+            expert, ``[0, M]``).
+        topk_weights: optional ``[M]`` float per-row weights, multiplied last in fp32.
+
+    Returns:
+        ``(packed uint8[M, N/2], scales uint8)`` as :func:`nvfp4_quant`. No host synchronization
+        when ``out`` is given (CUDA-graph capturable); inference only.
+    """
+    if torch.compiler.is_compiling():
+        if config is not None:
+            raise ValueError("config (a benchmark override) is not supported under torch.compile")
+        if out is None:
+            return torch.ops.inkling.silu_and_mul_nvfp4_quant(
+                gateup, global_scale, expert_offsets, blockscale_offsets, interleaved, topk_weights, swizzle,
+                scale_rows, validate, enable_pdl,
+            )  # fmt: skip
+        torch.ops.inkling.silu_and_mul_nvfp4_quant_out(
+            gateup, global_scale, expert_offsets, blockscale_offsets, interleaved, topk_weights, swizzle, validate,
+            enable_pdl, packed=out[0], scales=out[1],
+        )  # fmt: skip
+        return out[0], out[1]
+    return _fused_eager(
+        gateup, global_scale, expert_offsets, blockscale_offsets, interleaved, topk_weights, swizzle, out, validate,
+        config, scale_rows, enable_pdl,
+    )  # fmt: skip
+
+
+def _fused_eager(
+    gateup, global_scale, expert_offsets, blockscale_offsets, interleaved, topk_weights, swizzle, out, validate,
+    config, scale_rows, enable_pdl,
+):  # fmt: skip
+    N = _check_fused_args(gateup, interleaved, topk_weights)
     act = ACT_INTERLEAVED if interleaved else ACT_NON_INTERLEAVED
     return _launch_quant(
-        gateup, act, N, global_scale, expert_offsets, blockscale_offsets, topk_weights, swizzle, out, validate, config
-    )
+        gateup, act, N, global_scale, expert_offsets, blockscale_offsets, topk_weights, swizzle, out, validate,
+        config, scale_rows, enable_pdl,
+    )  # fmt: skip
 
 
 def e4m3_encode(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

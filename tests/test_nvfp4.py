@@ -5,7 +5,7 @@ import torch
 from conftest import DEVICE, poisoned, randn
 
 from inkling_kernels import nvfp4_quant, silu_and_mul, silu_and_mul_nvfp4_quant
-from inkling_kernels.nvfp4 import e4m3_encode
+from inkling_kernels.nvfp4 import e4m3_encode, max_blockscale_rows
 from inkling_kernels.reference import (
     E2M1_VALUES,
     e2m1_decode_ref,
@@ -133,8 +133,15 @@ def test_fused_equals_unfused_equals_reference(N, experts, interleaved, with_wei
     fused = silu_and_mul_nvfp4_quant(gateup, gs, eo, bo, interleaved=interleaved, topk_weights=w, out=out)
     unfused = nvfp4_quant(act, gs, expert_offsets=eo, blockscale_offsets=bo)
     ref = nvfp4_quant_experts_ref(act.cpu(), gs.cpu(), eo.cpu(), bo.cpu())
+    # a checked functional call returns exactly blockscale_offsets[-1] scale rows
+    assert unfused[1].shape == ref[1].shape
     assert torch.equal(fused[0].cpu(), unfused[0].cpu()) and torch.equal(fused[1].cpu(), unfused[1].cpu())
     assert torch.equal(unfused[0].cpu(), ref[0]) and torch.equal(unfused[1].cpu(), ref[1])
+    # unchecked (validate=False; likewise in CUDA graph capture): the static bound's rows, zero tail
+    bound = nvfp4_quant(act, gs, expert_offsets=eo, validate=False)
+    assert bound[1].shape == (max_blockscale_rows(M, len(counts)), ref[1].shape[1])
+    assert torch.equal(bound[0], unfused[0]) and torch.equal(bound[1][: ref[1].shape[0]], unfused[1])
+    assert int(bound[1][ref[1].shape[0] :].to(torch.int32).sum()) == 0
     # every padding byte of the scale buffer was written, and written as zero
     valid = torch.zeros(fused[1].shape, dtype=torch.bool)
     for e in range(len(counts)):
@@ -214,6 +221,19 @@ _gs2 = lambda: torch.ones(2, device=DEVICE)  # noqa: E731
 _eo = lambda *v: torch.tensor(v, dtype=torch.int32, device=DEVICE)  # noqa: E731
 
 
+def _quant_out(M, N, rows=128):
+    return torch.empty((M, N // 2), dtype=torch.uint8, device=DEVICE), torch.empty(
+        (rows, (N // 16 + 3) // 4 * 4), dtype=torch.uint8, device=DEVICE
+    )
+
+
+def _overlapping_quant_out():
+    buf = torch.randn(4 * 32).to(torch.bfloat16).to(DEVICE)
+    x = buf.view(4, 32)
+    packed = buf.view(torch.uint8)[:64].view(4, 16)  # the first 64 bytes of x
+    return nvfp4_quant(x, _gs1(), out=(packed, torch.empty((128, 4), dtype=torch.uint8, device=DEVICE)))
+
+
 @pytest.mark.parametrize(
     "call,exc,word",
     [
@@ -268,6 +288,32 @@ _eo = lambda *v: torch.tensor(v, dtype=torch.int32, device=DEVICE)  # noqa: E731
             "out",
         ),
         (lambda: silu_and_mul_nvfp4_quant(_gu(), torch.ones(1, device="meta"), _eo(0, 8)), ValueError, "global_scale"),
+        # global_scale values, wherever value checks run (here: no out, not capturing)
+        (lambda: silu_and_mul_nvfp4_quant(_gu(), -_gs1(), _eo(0, 8)), ValueError, "global_scale must be finite"),
+        (lambda: nvfp4_quant(_gu(), _gs1() * float("nan")), ValueError, "global_scale must be finite"),
+        (lambda: nvfp4_quant(_gu(), _gs1() * float("inf")), ValueError, "global_scale must be finite"),
+        (
+            lambda: silu_and_mul_nvfp4_quant(_gu(), torch.tensor([1.0, -2.0], device=DEVICE), _eo(0, 4, 8)),
+            ValueError,
+            "global_scale",
+        ),
+        # outputs overlapping the input
+        (lambda: _overlapping_quant_out(), ValueError, "out\\[0\\] overlaps"),
+        # inference only
+        (lambda: nvfp4_quant(_gu().requires_grad_(), _gs1()), ValueError, "input requires grad"),
+        (
+            lambda: silu_and_mul_nvfp4_quant(_gu(), _gs1(), _eo(0, 8), topk_weights=torch.ones(8, requires_grad=True)),
+            ValueError,
+            "topk_weights requires grad",
+        ),
+        # offsets checked on request even with out; scale rows must fit
+        (
+            lambda: nvfp4_quant(_gu(8, 16), _gs1(), expert_offsets=_eo(0, 9), out=_quant_out(8, 32), validate=True),
+            ValueError,
+            "end at M",
+        ),
+        (lambda: nvfp4_quant(_gu(8, 16), _gs1(), scale_rows=64), ValueError, "scale rows"),
+        (lambda: nvfp4_quant(_gu(), _gs1(), validate="yes"), TypeError, "validate"),
     ],
 )
 def test_bad_input_raises(call, exc, word):
@@ -286,3 +332,24 @@ def test_kernel_e2m1_rounding_on_exact_ties(device):
     assert torch.equal(p.cpu(), rp)
     codes = e2m1_encode_ref(vals.float())
     assert torch.equal(p.cpu(), (codes[:, 0::2] | (codes[:, 1::2] << 4)))
+
+
+def test_unvalidated_offsets_stay_in_bounds(gen, device):
+    """With out given, offsets are not read on the host by default (capturable); offsets that
+    point past M must then not make the kernel touch rows outside [0, M): rows it would map
+    outside are skipped, the real ones are quantized as their (wrong) expert says."""
+    M, N = 8, 64
+    x = randn((M, N), torch.bfloat16, gen, device, scale=2.0)
+    gs = torch.tensor([50.0, 80.0], device=device)
+    bad = torch.tensor([0, 5, 1000], dtype=torch.int32, device=device)
+    guard = poisoned((2 * M + 4, N // 2), torch.uint8, device)
+    packed = guard[M + 2 : 2 * M + 2]  # poison before and after the output rows
+    scales = poisoned((max_blockscale_rows(M, 2), 4), torch.uint8, device)
+    nvfp4_quant(x, gs, expert_offsets=bad, out=(packed, scales))  # no error: not validated
+    assert (guard[: M + 2] == 0xFF).all() and (guard[2 * M + 2 :] == 0xFF).all()
+    with pytest.raises(ValueError, match="end at M"):
+        nvfp4_quant(x, gs, expert_offsets=bad, out=(packed, scales), validate=True)
+    good = torch.tensor([0, 5, 8], dtype=torch.int32, device=device)
+    ref = nvfp4_quant_experts_ref(x.cpu(), gs.cpu(), good.cpu())
+    nvfp4_quant(x, gs, expert_offsets=good, out=(packed, scales))
+    assert torch.equal(packed.cpu(), ref[0]) and torch.equal(scales[: ref[1].shape[0]].cpu(), ref[1])

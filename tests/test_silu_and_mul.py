@@ -170,6 +170,23 @@ def _x(M=4, N=64, dtype=torch.bfloat16):
         ),
         (lambda: silu_and_mul(_x(), interleaved=1), TypeError, "interleaved"),
         (lambda: silu_and_mul(_x(), out=torch.empty(64, 4, device=DEVICE).t()), ValueError, "out"),
+        # an out that overlaps gateup (the kernel would read what other programs already wrote)
+        (lambda: (lambda x: silu_and_mul(x, out=x[:, :64]))(_x()), ValueError, "out overlaps gateup"),
+        (lambda: (lambda x: silu_and_mul(x, out=x[:, 64:]))(_x()), ValueError, "out overlaps gateup"),
+        (lambda: (lambda x: silu_and_mul(x[:5, :128], out=x[1:, 64:128]))(_x(6, 96)), ValueError, "out overlaps"),
+        (
+            lambda: (lambda b: silu_and_mul(b[:8].view(4, 2), out=b[:8].view(4, 2)[:, :1]))(torch.randn(32)),
+            ValueError,
+            "out overlaps gateup",
+        ),
+        # inference ops: no silent detach of an input that requires grad
+        (lambda: silu_and_mul(_x().requires_grad_()), ValueError, "gateup requires grad"),
+        (
+            lambda: silu_and_mul(_x(), torch.ones(4, device=DEVICE, requires_grad=True)),
+            ValueError,
+            "topk_weights requires grad",
+        ),
+        (lambda: silu_and_mul(_x(), enable_pdl=1), TypeError, "enable_pdl"),
     ],
 )
 def test_bad_input_raises(call, exc, word):
@@ -219,3 +236,17 @@ def test_compiled_matches_interpreter_up_to_rounding(gen):
     gpu = silu_and_mul(x.cuda()).cpu()
     cpu = silu_and_mul(x)
     assert int(ulp_distance(gpu, cpu).max()) <= 1
+
+
+def test_out_sharing_a_buffer_without_overlap_is_accepted(gen, device):
+    """Column slices of one buffer that do not share elements are fine (gateup | out side by side),
+    and so is requires_grad under no_grad."""
+    M, N = 6, 64
+    buf = poisoned((M, 3 * N), torch.bfloat16, device)
+    buf[:, : 2 * N] = randn((M, 2 * N), torch.bfloat16, gen, device)
+    x, out = buf[:, : 2 * N], buf[:, 2 * N :]
+    silu_and_mul(x, out=out)
+    assert bits_equal(out, silu_and_mul(x.contiguous()))
+    with torch.no_grad():
+        y = silu_and_mul(x.clone().requires_grad_())
+    assert bits_equal(y, out)

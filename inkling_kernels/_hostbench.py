@@ -1,0 +1,124 @@
+"""Host time per call of the public ops against a bare Triton launch (CUDA only).
+
+Usage on a GPU machine::
+
+    from inkling_kernels._hostbench import measure_host_overhead
+    print(measure_host_overhead())
+
+Each entry is the median over ``rounds`` of (wall time of ``calls`` back-to-back calls) / calls,
+in microseconds, all in this process. The GPU work is tiny (``M`` rows), so the host, not the
+GPU, sets the pace: what is measured is the Python + launch cost of one call.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+import triton
+
+from . import nvfp4 as _nvfp4
+from . import silu_and_mul as _silu
+from .nvfp4 import default_blockscale_offsets, silu_and_mul_nvfp4_quant
+
+
+def _per_call_us(fn, calls: int, rounds: int) -> float:
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def measure_host_overhead(
+    M: int = 4, N: int = 1536, calls: int = 2000, rounds: int = 7, enable_pdl: bool | None = None
+) -> dict:
+    """Host microseconds per call, same process, same arguments:
+
+    * ``bare_silu_kernel_us``: ``silu_and_mul_interleaved_kernel[grid](...)`` (Triton's
+      ``JITFunction.run``, the reference of the targets), with the same constexprs, warps and PDL
+      setting as the public call;
+    * ``silu_and_mul_out_us``: ``silu_and_mul(gateup, out=out)``;
+    * ``op_silu_and_mul_out_us``: ``torch.ops.inkling.silu_and_mul_out(...)`` (dispatcher);
+    * ``op_silu_and_mul_us``: ``torch.ops.inkling.silu_and_mul(...)`` (allocates the output);
+    * ``bare_nvfp4_kernel_us``: ``nvfp4_quant_kernel[grid](...)`` as the fused call launches it;
+    * ``fused_nvfp4_out_us``: ``silu_and_mul_nvfp4_quant(gateup, gs, eo, bo, out=(packed, scales))``;
+    * ``fused_nvfp4_defaults_us``: the same without ``out`` and ``blockscale_offsets`` (value
+      checks, a host read, included);
+    * ratios ``silu_ratio`` (silu_and_mul_out / bare silu kernel; target <= 1.3),
+      ``fused_ratio`` (fused with out / bare silu kernel; target <= 1.5) and
+      ``fused_vs_bare_nvfp4_ratio``.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("measure_host_overhead needs a CUDA GPU: it times CUDA launches (CPU runs are interpreted)")
+    dev = torch.device("cuda", torch.cuda.current_device())
+    g = torch.Generator(device=dev).manual_seed(0)
+    gateup = torch.randn((M, 2 * N), generator=g, device=dev).to(torch.bfloat16)
+    out = torch.empty((M, N), dtype=torch.bfloat16, device=dev)
+    pdl = _silu._backend.resolve_pdl(enable_pdl, dev)
+    cfg = _silu.launch_config(M, N)
+    grid = (triton.cdiv(M, cfg.BLOCK_M) * triton.cdiv(N, cfg.BLOCK_N),)
+    kernel = _silu.silu_and_mul_interleaved_kernel
+    stride = gateup.stride(0)
+    consts = dict(
+        N=N, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, EVEN_M=M % cfg.BLOCK_M == 0, EVEN_N=N % cfg.BLOCK_N == 0,
+        HAS_WEIGHT=False, INT64=False, STREAM_POLICY=cfg.stream_policy, USE_PDL=pdl,
+    )  # fmt: skip
+
+    def bare_silu():
+        kernel[grid](gateup, gateup, out, M, stride, N, **consts, num_warps=cfg.num_warps, launch_pdl=pdl)
+
+    op_out = torch.ops.inkling.silu_and_mul_out.default
+    op_fn = torch.ops.inkling.silu_and_mul.default
+    E = 2
+    eo = torch.tensor([0, M // 2, M], dtype=torch.int32, device=dev)
+    bo = default_blockscale_offsets(eo).to(torch.int32)
+    gs = torch.tensor([100.0, 200.0], device=dev)
+    rows = _nvfp4.max_blockscale_rows(M, E)
+    packed = torch.empty((M, N // 2), dtype=torch.uint8, device=dev)
+    scales = torch.empty((rows, (N // 16 + 3) // 4 * 4), dtype=torch.uint8, device=dev)
+    bm, bk, warps = _nvfp4._quant_config(N, False, fused=True)
+    qgrid = (triton.cdiv(rows, bm) * triton.cdiv(scales.shape[1] * 16, bk),)
+    qconsts = dict(
+        N=N, SCALE_COLS=scales.shape[1], ACT=_nvfp4.ACT_NON_INTERLEAVED, HAS_WEIGHT=False, SWIZZLE=True,
+        BLOCK_M=bm, BLOCK_K=bk, SEARCH_STEPS=max(1, (E - 1).bit_length()), INT64=False, USE_PDL=pdl,
+    )  # fmt: skip
+
+    def bare_nvfp4():
+        _nvfp4.nvfp4_quant_kernel[qgrid](
+            gateup, gs, gs, eo, bo, packed, scales, stride, M, E, rows, **qconsts, num_warps=warps, launch_pdl=pdl
+        )
+
+    with torch.inference_mode():
+        res = {
+            "bare_silu_kernel_us": _per_call_us(bare_silu, calls, rounds),
+            "silu_and_mul_out_us": _per_call_us(
+                lambda: _silu.silu_and_mul(gateup, out=out, enable_pdl=enable_pdl), calls, rounds
+            ),
+            "op_silu_and_mul_out_us": _per_call_us(
+                lambda: op_out(gateup, None, True, enable_pdl, out=out), calls, rounds
+            ),
+            "op_silu_and_mul_us": _per_call_us(lambda: op_fn(gateup, None, None, True, enable_pdl), calls, rounds),
+            "bare_nvfp4_kernel_us": _per_call_us(bare_nvfp4, calls, rounds),
+            "fused_nvfp4_out_us": _per_call_us(
+                lambda: silu_and_mul_nvfp4_quant(gateup, gs, eo, bo, out=(packed, scales), enable_pdl=enable_pdl),
+                calls,
+                rounds,
+            ),
+            "fused_nvfp4_defaults_us": _per_call_us(
+                lambda: silu_and_mul_nvfp4_quant(gateup, gs, eo, enable_pdl=enable_pdl), max(50, calls // 10), rounds
+            ),
+        }
+    res["silu_ratio"] = res["silu_and_mul_out_us"] / res["bare_silu_kernel_us"]
+    res["fused_ratio"] = res["fused_nvfp4_out_us"] / res["bare_silu_kernel_us"]
+    res["fused_vs_bare_nvfp4_ratio"] = res["fused_nvfp4_out_us"] / res["bare_nvfp4_kernel_us"]
+    res["config"] = {"M": M, "N": N, "calls": calls, "rounds": rounds, "enable_pdl": pdl}
+    return res
