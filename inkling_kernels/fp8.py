@@ -200,17 +200,8 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
 
 
 def _pdl_default(device: torch.device, enable_pdl):
-    if enable_pdl is not None and not isinstance(enable_pdl, bool):
-        raise TypeError(f"enable_pdl must be a bool or None, got {type(enable_pdl).__name__}")
-    capable = device.type == "cuda" and not _backend.uses_interpreter(device)
-    capable = capable and torch.cuda.get_device_capability(device)[0] >= 9
-    if enable_pdl is None:
-        return capable
-    if enable_pdl and not capable:
-        raise ValueError(
-            f"enable_pdl=True needs a CUDA device of compute capability >= 9 running compiled kernels, got {device}"
-        )
-    return enable_pdl
+    """One PDL rule for every op of the package: :func:`inkling_kernels._backend.resolve_pdl`."""
+    return _backend.resolve_pdl(enable_pdl, device)
 
 
 def _check_flag(name: str, value) -> None:

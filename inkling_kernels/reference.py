@@ -104,7 +104,8 @@ def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
         return True
     if a.device != b.device:
         a, b = a.cpu(), b.cpu()
-    a, b = a.detach().contiguous(), b.detach().contiguous()
+    # reshape(-1) of a contiguous tensor has unit stride even where a size-1 dim had another stride
+    a, b = a.detach().contiguous().reshape(-1), b.detach().contiguous().reshape(-1)
     return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 

@@ -2,7 +2,7 @@
 
 Usage on a GPU machine::
 
-    from inkling_kernels._hostbench import measure_host_overhead
+    from inkling_workbook.hostbench import measure_host_overhead
     print(measure_host_overhead())
 
 Each entry is the median over ``rounds`` of (wall time of ``calls`` back-to-back calls) / calls,
@@ -18,9 +18,9 @@ import time
 import torch
 import triton
 
-from . import nvfp4 as _nvfp4
-from . import silu_and_mul as _silu
-from .nvfp4 import default_blockscale_offsets, silu_and_mul_nvfp4_quant
+from inkling_kernels import nvfp4 as _nvfp4
+from inkling_kernels import silu_and_mul as _silu
+from inkling_kernels.nvfp4 import default_blockscale_offsets, silu_and_mul_nvfp4_quant
 
 
 def _per_call_us(fn, calls: int, rounds: int) -> float:
