@@ -496,6 +496,7 @@ def test_compile_moe_module_fullgraph_dynamic(gen):
 
 
 @gpu_only
+@pytest.mark.timing
 def test_host_overhead_targets():
     """Host time per call of the thin path vs a bare ``kernel[grid]`` launch (the issue's targets:
     <= 1.3x for silu_and_mul with out, <= 1.5x for the fused NVFP4 op with out)."""

@@ -47,7 +47,7 @@ run() {
 }
 show() { for name in "$@"; do [ -f "$WORK/$name.log" ] && { echo; echo "=== $name"; grep -v -E "it/s\]$|nb/s\]$|s/it\]$" "$WORK/$name.log"; }; done; }
 PYTEST=("$PY" -m pytest -q -p no:cacheprovider -p no:warnings)
-KERNEL_TESTS=(tests/test_silu_and_mul.py tests/test_nvfp4.py)
+KERNEL_TESTS=(tests/test_silu_and_mul.py tests/test_nvfp4.py tests/test_fp8.py)
 notebooks() { $PY tools/run_notebooks.py --in-place "$@"; }
 
 {
@@ -59,6 +59,20 @@ fi
 $PY -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'the GPU job needs a CUDA GPU')" || exit 2
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
 $PY -m inkling_workbook info
+# The published stack (constraints.txt) against what this machine runs: records name their own
+# versions either way; this line says whether they are the published ones.
+$PY - <<'PYEOF'
+import importlib.metadata as md
+pins = dict(line.split("==") for line in open("constraints.txt").read().split("\n") if "==" in line and not line.startswith("#"))
+have = {}
+for name in pins:
+    try:
+        have[name] = md.version(name)
+    except md.PackageNotFoundError:
+        have[name] = None
+off = {k: (pins[k], have[k]) for k in pins if have[k] is None or have[k].split("+")[0] != pins[k]}
+print("stack: as constraints.txt" if not off else f"stack differs from constraints.txt (pinned, here): {off}")
+PYEOF
 GPU=$($PY -c "from inkling_workbook import provenance; print(provenance.device_slug())")
 START=$SECONDS
 
@@ -70,14 +84,14 @@ if want bench; then
   show bench timing serving
 fi
 
-echo "=== phase 2, sharing the GPU: tests + sanitizer | bitwise + notebooks 04-05 | notebooks 01-03 ($(stamp))"
+echo "=== phase 2, sharing the GPU: tests + sanitizer | bitwise + notebooks 04, 05, 07 | notebooks 01-03 ($(stamp))"
 (
   want tests && run tests "${PYTEST[@]}" -rs -m "not timing" tests
   if want sanitize; then
     # Without PYTORCH_NO_CUDA_MEMORY_CACHING the caching allocator hides out-of-bounds accesses.
     export PYTORCH_NO_CUDA_MEMORY_CACHING=1
     run memcheck timeout 300 compute-sanitizer --tool memcheck --print-limit 20 "${PYTEST[@]}" "${KERNEL_TESTS[@]}" \
-      -k "odd_widths or small_shared and 768 or layouts or fused_equals and 768 and not uniform or strided or zero_rows"
+      -k "odd_widths or small_shared and 768 or layouts or fused_equals and 768 and not uniform or strided or zero_rows or fused_equals_unfused_equals_reference and masked or masked_m_clamped or scale_layouts"
     for tool in racecheck initcheck; do
       run $tool timeout 200 compute-sanitizer --tool $tool --print-limit 20 "${PYTEST[@]}" "${KERNEL_TESTS[@]}" \
         -k "layouts_bitwise or odd_widths and 130 or fused_equals and 768 and nonuniform"
@@ -90,11 +104,11 @@ echo "=== phase 2, sharing the GPU: tests + sanitizer | bitwise + notebooks 04-0
     run nvfp4_bitwise $PY -m inkling_workbook check --nvfp4 --no-progress
     run ptx env TRITON_CACHE_DIR="$WORK/ptx_cache" $PY tools/ptx_report.py "data/ptx_$GPU.json"
   fi
-  want notebooks && run notebooks_04_05 notebooks notebooks/04_*.ipynb notebooks/05_*.ipynb
+  want notebooks && run notebooks_04_05_07 notebooks notebooks/04_*.ipynb notebooks/05_*.ipynb notebooks/07_*.ipynb
 ) &
 ( want notebooks && run notebooks_01_03 notebooks notebooks/01_*.ipynb notebooks/02_*.ipynb notebooks/03_*.ipynb ) &
 wait
-show tests memcheck racecheck initcheck bitwise nvfp4_bitwise ptx notebooks_01_03 notebooks_04_05
+show tests memcheck racecheck initcheck bitwise nvfp4_bitwise ptx notebooks_01_03 notebooks_04_05_07
 
 if want notebooks; then
   echo "=== phase 3, alone on the GPU: notebook 06 re-measures its quick sweep ($(stamp))"
