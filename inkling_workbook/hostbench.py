@@ -18,8 +18,9 @@ import time
 import torch
 import triton
 
-from inkling_kernels import nvfp4 as _nvfp4
-from inkling_kernels import silu_and_mul as _silu
+import importlib
+_nvfp4 = importlib.import_module("inkling_kernels.nvfp4")
+_silu = importlib.import_module("inkling_kernels.silu_and_mul")
 from inkling_kernels.nvfp4 import default_blockscale_offsets, silu_and_mul_nvfp4_quant
 
 

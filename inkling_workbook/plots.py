@@ -360,7 +360,8 @@ def fp8_targets(fp8: pd.DataFrame, silu: pd.DataFrame | None = None) -> list[dic
             per_row = (part.median_us / part.M) / (full.median_us / full.M)
             rows.append(
                 {
-                    "target": f"FP8 masked (E={int(full.E)}, T={int(full.T)}, N={n}): time proportional to rows "
+                    # full["T"], not full.T: on a row (a Series) .T is the transpose
+                    "target": f"FP8 masked (E={int(full['E'])}, T={int(full['T'])}, N={n}): time proportional to rows "
                     "present (per-row time within 25% of the full case)",
                     "measured": f"{int(part.M)} rows {part.median_us:.2f} us vs {int(full.M)} rows "
                     f"{full.median_us:.2f} us: per-row {per_row:.2f}x",

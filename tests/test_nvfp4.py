@@ -302,7 +302,9 @@ def _overlapping_quant_out():
         # inference only
         (lambda: nvfp4_quant(_gu().requires_grad_(), _gs1()), ValueError, "input requires grad"),
         (
-            lambda: silu_and_mul_nvfp4_quant(_gu(), _gs1(), _eo(0, 8), topk_weights=torch.ones(8, requires_grad=True)),
+            lambda: silu_and_mul_nvfp4_quant(
+                _gu(), _gs1(), _eo(0, 8), topk_weights=torch.ones(8, device=DEVICE, requires_grad=True)
+            ),
             ValueError,
             "topk_weights requires grad",
         ),

@@ -3,9 +3,12 @@
 #
 #   tools/gpu_job.sh [OUT_DIR] [STEPS]
 #
-# OUT_DIR (default $OUT, else build/gpu_job) receives two files: gpu_job.log, the whole log
-# (recorded as data/gpu_job_<gpu>.log), and publish_<gpu>.tar.gz, the data/ records and the
-# notebooks this run rewrote (unpack it over a checkout: `tar xzf publish_h200.tar.gz`).
+# OUT_DIR (default $OUT, else build/gpu_job) receives gpu_job.log, the whole log (recorded as
+# data/gpu_job_<gpu>.log), publish_<gpu>.tar.gz, the data/ records and the notebooks this run
+# rewrote (unpack it over a checkout: `tar xzf publish_h200.tar.gz`), and pid, the job's process
+# id (a caller that starts the job in the background waits with `while kill -0 $(cat pid)`;
+# `pgrep -f gpu_job.sh` would also match the caller's own command line). The job works in a
+# private copy of the checkout, so nothing that touches the checkout meanwhile can spoil it.
 # STEPS, a comma list, default all of them:
 #   bench      full benchmark sweep, warm and cold L2 -> data/bench_<gpu>.csv, .json,
 #              nvfp4_bench_<gpu>.csv; then, still alone on the GPU, the timing-method test
@@ -28,9 +31,19 @@ OUT_DIR=${1:-${OUT:-build/gpu_job}}
 STEPS=${2:-bench,tests,sanitize,bitwise,notebooks}
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" INKLING_PUBLISH=1
+echo $$ >"$OUT_DIR/pid"
 PY=${PYTHON:-python3}
 WORK=$(mktemp -d)
+# The job runs in a private copy of the checkout: data/ and notebooks/ are rewritten in place,
+# and a tool that re-syncs the checkout while the job runs (a second call to a lent machine, an
+# editor) must not overwrite or delete them half way (seen 2026-11-30: the benchmark's records
+# were deleted by such a sync before the job packed them).
+TREE="$WORK/tree"
+mkdir -p "$TREE"
+tar cf - --exclude=./.venv --exclude=./.venv-newest --exclude=./build --exclude=./.whl . | tar xf - -C "$TREE"
+[ -d .whl ] && ln -s "$PWD/.whl" "$TREE/.whl"
+cd "$TREE" || exit 2
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" INKLING_PUBLISH=1 INKLING_REPO="$PWD"
 want() { [[ ",$STEPS," == *",$1,"* ]]; }
 stamp() { date -u +%H:%M:%S; }
 # run NAME CMD...: one step, its output to its own log, its exit status remembered
