@@ -64,6 +64,13 @@ def load_bench(csv_path: str | Path) -> tuple[pd.DataFrame, dict]:
 
 
 def caption(meta: dict, l2: str = "warm and cold") -> str:
+    """Device, versions, date and method, wrapped to fit under a figure."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(_caption(meta, l2), 170))
+
+
+def _caption(meta: dict, l2: str) -> str:
     return (
         f"{meta.get('device', '?')}, driver {meta.get('driver', '?')}; torch {meta.get('torch', '?')}, "
         f"triton {meta.get('triton', '?')}, helion {meta.get('helion', '?')}; {meta.get('date_utc', '?')[:10]}; "
