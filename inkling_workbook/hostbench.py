@@ -12,16 +12,18 @@ GPU, sets the pace: what is measured is the Python + launch cost of one call.
 
 from __future__ import annotations
 
+import importlib
 import statistics
 import time
 
 import torch
 import triton
 
-import importlib
+from inkling_kernels.nvfp4 import default_blockscale_offsets, silu_and_mul_nvfp4_quant
+
+# The modules, not the functions of the same name that the package exports.
 _nvfp4 = importlib.import_module("inkling_kernels.nvfp4")
 _silu = importlib.import_module("inkling_kernels.silu_and_mul")
-from inkling_kernels.nvfp4 import default_blockscale_offsets, silu_and_mul_nvfp4_quant
 
 
 def _per_call_us(fn, calls: int, rounds: int) -> float:
