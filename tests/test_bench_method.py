@@ -46,3 +46,40 @@ def test_graph_size_does_not_move_decode_timing():
     assert check["chosen_reps"] >= bench.MIN_CALLS and check["bigger_reps"] == 4 * check["chosen_reps"], check
     assert check["chosen_reps"] * check["chosen_us"] >= 0.9 * bench.MIN_REPLAY_US, check
     assert check["within_3pct"], check
+
+
+def test_hostbench_binds_the_modules_and_refuses_on_cpu():
+    """The package exports functions named like its modules; the measurement must hold the modules
+    (it failed on the H200 on 2026-11-30 when it held the function)."""
+    import torch
+
+    from inkling_workbook import hostbench
+
+    assert hostbench._silu.__name__ == "inkling_kernels.silu_and_mul"
+    assert hostbench._nvfp4.__name__ == "inkling_kernels.nvfp4"
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA"):
+            hostbench.measure_host_overhead()
+
+
+def test_fp8_targets_on_a_small_sweep():
+    """FP8 targets from a hand-made sweep (the masked case reads the T column, not a row's .T)."""
+    import pandas as pd
+
+    from inkling_workbook import plots
+
+    base = {"op": "silu_and_mul_fp8", "l2": "warm", "column_major_scales": False, "scale_ue8m0": False}
+    rows = []
+    for impl, t in (("fused", 100.0), ("unfused", 180.0), ("torch_compile_static", 200.0)):
+        rows.append({**base, "M": 49152, "N": 3072, "layout": "nil", "masked": False, "E": None, "T": None,
+                     "impl": impl, "median_us": t, "tbps": 760e6 / t / 1e6, "ceiling_tbps": 4.4})  # fmt: skip
+    for m, t in ((921, 4.0), (2048, 8.0)):
+        rows.append({**base, "M": m, "N": 3072, "layout": "nil", "masked": True, "E": 8, "T": 256,
+                     "impl": "fused", "median_us": t, "tbps": 1.0, "ceiling_tbps": 4.4})  # fmt: skip
+    targets = plots.fp8_targets(pd.DataFrame(rows))
+    assert len(targets) == 4
+    masked = next(r for r in targets if "masked" in r["target"])
+    assert "T=256" in masked["target"] and masked["met"]  # per-row 0.0043 vs 0.0039 us: 1.11x
+    assert next(r for r in targets if "two kernels" in r["target"])["met"]  # 1.8x >= 1.75x
+    assert not next(r for r in targets if "torch.compile" in r["target"])["met"]  # 2.0x < 2.2x
+
