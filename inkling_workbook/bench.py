@@ -789,6 +789,8 @@ def run(out: str | Path, quick: bool = False, cold: bool = False, tune: bool = T
         "min_replay_us": MIN_REPLAY_US,
         "rounds": ROUNDS,
         "decode_passes": DECODE_PASSES,
+        "other_passes": OTHER_PASSES,
+        "spread": "lowest and highest pass median; with one pass, the replays' 25th and 75th percentiles",
         "decode_max_m": DECODE_MAX_M,
         "output_policy": "every implementation allocates its output (free at graph replay)",
         "tie": "two timings whose [lo_us, hi_us] ranges overlap",

@@ -63,6 +63,16 @@ def load_bench(csv_path: str | Path) -> tuple[pd.DataFrame, dict]:
     return pd.read_csv(csv_path), meta
 
 
+def passes_text(meta: dict) -> str:
+    """How many interleaved passes the recorded sweep made, from its own provenance (a sweep made
+    before two passes became the rule at M > 16 says one there)."""
+    t = meta.get("timing", {})
+    decode, other = t.get("decode_passes", 3), t.get("other_passes", 1)
+    spread = "the replays' range" if "spread" not in t else "the replays' quartiles"
+    one = f"; the spread of a single pass is {spread}" if other == 1 else ""
+    return f"passes interleaved across implementations ({decode} at decode, {other} otherwise{one})"
+
+
 def caption(meta: dict, l2: str = "warm and cold") -> str:
     """Device, versions, date and method, wrapped to fit under a figure."""
     import textwrap
@@ -74,8 +84,7 @@ def _caption(meta: dict, l2: str) -> str:
     return (
         f"{meta.get('device', '?')}, driver {meta.get('driver', '?')}; torch {meta.get('torch', '?')}, "
         f"triton {meta.get('triton', '?')}, helion {meta.get('helion', '?')}; {meta.get('date_utc', '?')[:10]}; "
-        "CUDA-graph replay of >= 100 calls and >= 1 ms, median of 10 replays a pass, passes interleaved "
-        "across implementations (3 at decode, 2 otherwise); "
+        f"CUDA-graph replay of >= 100 calls and >= 1 ms, median of 10 replays a pass, {passes_text(meta)}; "
         f"{l2} L2"
     )
 
@@ -551,7 +560,7 @@ def summary_markdown(data_dir: Path, gpu: str = "h200") -> str:
         f"Measured on {meta.get('device')} (driver {meta.get('driver')}, torch {meta.get('torch')}, "
         f"triton {meta.get('triton')}, helion {meta.get('helion')}, {meta.get('date_utc', '')[:10]}, "
         f"commit {meta.get('git_commit')}). Median us per call over CUDA-graph replays of >= 100 calls and "
-        ">= 1 ms, in passes interleaved across implementations (3 at decode, 2 otherwise); warm L2 and cold L2 "
+        f">= 1 ms, {passes_text(meta)}; warm L2 and cold L2 "
         "(inputs rotated over >= 3x the "
         f"{meta.get('l2_bytes', 0) / 2**20:.0f} MiB L2) side by side; every implementation allocates its "
         "output. Ratios are baseline / port; a ratio whose measured ranges overlap, each widened by the "
