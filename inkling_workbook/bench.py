@@ -92,6 +92,13 @@ class Timing:
     passes: int
     samples: list[float] = field(default_factory=list, repr=False)
 
+    def columns(self, nbytes: int, digits: int = 4) -> dict:
+        """The CSV columns of this timing and the effective bandwidth of ``nbytes`` moved."""
+        out = {k: round(getattr(self, k), digits) for k in ("median_us", "lo_us", "hi_us", "min_us", "max_us")}
+        out.update(reps=self.reps, rounds=self.rounds, passes=self.passes, bytes=nbytes)
+        out["tbps"] = round(nbytes / self.median_us / 1e6, 4)
+        return out
+
     @classmethod
     def from_passes(cls, passes: list[list[float]], reps: int) -> Timing:
         flat = [t for p in passes for t in p]
@@ -469,17 +476,8 @@ def _row(shape: Shape, name: str, config: str, mode: str, t: Timing, nbytes: int
         "impl": name,
         "config": config,
         "l2": mode,
-        "median_us": round(t.median_us, 4),
-        "lo_us": round(t.lo_us, 4),
-        "hi_us": round(t.hi_us, 4),
-        "min_us": round(t.min_us, 4),
-        "max_us": round(t.max_us, 4),
-        "reps": t.reps,
-        "rounds": t.rounds,
-        "passes": t.passes,
-        "bytes": nbytes,
+        **t.columns(nbytes, 4),
         "fits_l2": nbytes <= l2_bytes(),
-        "tbps": round(nbytes / t.median_us / 1e6, 4),
         "floor_us": round(nbytes / (ceiling_tbps * 1e6), 4),
     }
 
@@ -685,16 +683,7 @@ def bench_nvfp4(ceiling_tbps: float, quick: bool = False, progress: bool = True)
                     "impl": name,
                     "config": NVFP4_IMPLS[name],
                     "l2": "warm",
-                    "median_us": round(t.median_us, 3),
-                    "lo_us": round(t.lo_us, 3),
-                    "hi_us": round(t.hi_us, 3),
-                    "min_us": round(t.min_us, 3),
-                    "max_us": round(t.max_us, 3),
-                    "reps": t.reps,
-                    "rounds": t.rounds,
-                    "passes": t.passes,
-                    "bytes": nbytes,
-                    "tbps": round(nbytes / t.median_us / 1e6, 4),
+                    **t.columns(nbytes, 3),
                     "fused_floor_us": round(fused_bytes / (ceiling_tbps * 1e6), 3),
                 }
             )
@@ -741,16 +730,7 @@ def bench_fp8(ceilings: dict, quick: bool = False, progress: bool = True) -> lis
                     "impl": name,
                     "config": FP8_IMPLS[name],
                     "l2": "warm",
-                    "median_us": round(t.median_us, 4),
-                    "lo_us": round(t.lo_us, 4),
-                    "hi_us": round(t.hi_us, 4),
-                    "min_us": round(t.min_us, 4),
-                    "max_us": round(t.max_us, 4),
-                    "reps": t.reps,
-                    "rounds": t.rounds,
-                    "passes": t.passes,
-                    "bytes": nbytes,
-                    "tbps": round(nbytes / t.median_us / 1e6, 4),
+                    **t.columns(nbytes, 4),
                     "ceiling_tbps": round(ceiling, 4) if ceiling else None,
                 }
             )
