@@ -82,4 +82,3 @@ def test_fp8_targets_on_a_small_sweep():
     assert "T=256" in masked["target"] and masked["met"]  # per-row 0.0043 vs 0.0039 us: 1.11x
     assert next(r for r in targets if "two kernels" in r["target"])["met"]  # 1.8x >= 1.75x
     assert not next(r for r in targets if "torch.compile" in r["target"])["met"]  # 2.0x < 2.2x
-

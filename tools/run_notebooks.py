@@ -19,13 +19,17 @@ from tqdm import tqdm
 
 
 def coalesce_streams(nb) -> None:
-    """Merge consecutive stream outputs and keep only what a terminal would show after each
-    carriage return (progress bars), so stored notebooks stay small and readable."""
+    """Drop stderr streams (progress bars and library warnings are for the person watching, not
+    for the stored notebook; errors are error outputs and stay), merge consecutive stream outputs
+    and keep only what a terminal would show after each carriage return, so stored notebooks stay
+    small and readable."""
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
         merged = []
         for out in cell.get("outputs", []):
+            if out.output_type == "stream" and out.name == "stderr":
+                continue
             if (
                 merged
                 and out.output_type == "stream"
