@@ -210,10 +210,10 @@ def draw_speedup(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
                 ax.set_xlabel("M (rows = tokens x experts)", fontsize=8)
             ax.tick_params(labelsize=7)
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=6, loc="lower center", ncol=4)
+    fig.legend(handles, labels, fontsize=6, loc="lower center", ncol=4, bbox_to_anchor=(0.5, 0.035))
     fig.suptitle("silu_and_mul: speedup of the Triton port, warm and cold L2 (higher is better)", fontsize=10)
     fig.text(0.01, 0.005, caption(meta), fontsize=5, color="0.3")
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
     return _save(fig, out_stem)
 
 
@@ -249,10 +249,10 @@ def draw_bandwidth(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
     fits_label = f"working set fits in L2 ({l2_mb:.0f} MiB)"
     axes[0].scatter([], [], s=14, facecolors="none", edgecolors="black", label=fits_label)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=5.5, loc="lower center", ncol=4)
+    fig.legend(handles, labels, fontsize=5.5, loc="lower center", ncol=4, bbox_to_anchor=(0.5, 0.05))
     fig.suptitle("silu_and_mul, Triton port: bytes moved / median time (M >= 96)", fontsize=9)
     fig.text(0.01, 0.005, caption(meta), fontsize=5, color="0.3")
-    fig.tight_layout(rect=(0, 0.17, 1, 1))
+    fig.tight_layout(rect=(0, 0.24, 1, 1))
     return _save(fig, out_stem)
 
 
@@ -283,10 +283,10 @@ def draw_decode(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
             if r == 1:
                 ax.set_xlabel("M (rows)", fontsize=8)
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=6, loc="lower center", ncol=3)
+    fig.legend(handles, labels, fontsize=6, loc="lower center", ncol=3, bbox_to_anchor=(0.5, 0.04))
     fig.suptitle("silu_and_mul at decode sizes: median us per call, back to back, warm L2", fontsize=9)
     fig.text(0.01, 0.005, caption(meta, "warm"), fontsize=5, color="0.3")
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
     return _save(fig, out_stem)
 
 
