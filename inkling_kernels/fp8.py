@@ -10,10 +10,13 @@ Both paths run :func:`_fp8_group_kernel` and follow
 :data:`inkling_kernels.reference.FP8_GROUP_FORMULA` exactly. The fused path computes silu*mul
 with the shared ``_silu_mul`` helper and rounds it to the activation dtype in registers, exactly
 where the unfused path stores it, so fused == unfused bit for bit. The divisions are IEEE
-(``tl.math.div_rn``; Triton's ``/`` is not, on the GPU) and the rounding to e4m3 is done with
-integer operations (``_e4m3_signed``), not with a hardware conversion, so the
-GPU and Triton's interpreter produce the same bytes: the interpreter's own fp32 -> fp8 cast rounds
-half away from zero and does not saturate, unlike the GPU's ``cvt.rn.satfinite``.
+(``tl.math.div_rn``; Triton's ``/`` is not, on the GPU). The rounding to e4m3 has two
+implementations that produce the same byte for every one of the 2**32 fp32 inputs (checked
+exhaustively on the GPU by ``e4m3_paths_mismatches``): on sm_89+ GPUs the hardware conversion
+``cvt.rn.satfinite.e4m3x2.f32`` (``_e4m3_hw``), under Triton's interpreter integer operations
+(``_e4m3_signed``): the interpreter's own fp32 -> fp8 cast rounds half away from zero and does not
+saturate, unlike the GPU's ``cvt.rn.satfinite``, and the integer version costs ~15 instructions
+an element, which at M = 49152 made the kernel instruction-bound on the H200.
 
 Layouts (``G = N // group_size``):
 
@@ -68,12 +71,56 @@ def _e4m3_signed(t):
 
 
 @triton.jit
+def _e4m3_hw(t):
+    """fp32 -> e4m3fn byte (int32 0..255) with the hardware conversion (sm_89+):
+    ``cvt.rn.satfinite.e4m3x2.f32`` rounds to nearest even and saturates +-Inf and everything
+    beyond +-448 to +-448, as ``_e4m3_signed`` does; NaN is mapped to 0x7F explicitly (the one
+    case the formula pins and the instruction need not). Two elements per instruction."""
+    pair = tl.inline_asm_elementwise(
+        """
+        {
+        .reg .b16 pair;
+        .reg .b32 wide;
+        cvt.rn.satfinite.e4m3x2.f32 pair, $3, $2;
+        cvt.u32.u16 wide, pair;
+        and.b32 $0, wide, 255;
+        shr.b32 $1, wide, 8;
+        }
+        """,
+        "=r,=r,f,f",
+        [t],
+        dtype=tl.int32,
+        is_pure=True,
+        pack=2,
+    )
+    return tl.where(t != t, 0x7F, pair)
+
+
+@triton.jit
 def e4m3_signed_encode_kernel(t_ptr, byte_ptr, n, BLOCK: tl.constexpr):
     """Exposes ``_e4m3_signed`` for the format tests (exhaustive sweeps against torch)."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     t = tl.load(t_ptr + offs, mask=mask, other=0.0)
     tl.store(byte_ptr + offs, _e4m3_signed(t).to(tl.uint8), mask=mask)
+
+
+@triton.jit
+def _e4m3_paths_kernel(start, count_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr, PERTURB: tl.constexpr):
+    """Counts the fp32 bit patterns ``start + [0, BLOCK * ITERS * programs)`` (as uint32, wrapping
+    past 2**32) on which ``_e4m3_hw`` and ``_e4m3_signed`` disagree. No memory is read: the
+    inputs are the indices themselves. ``PERTURB`` flips the hardware byte of 1.0 (0x3F800000),
+    so a test can see the counter count."""
+    base = start + tl.program_id(0).to(tl.int64) * (BLOCK * ITERS)
+    bad = tl.zeros((BLOCK,), tl.int32)
+    for i in range(ITERS):
+        bits = ((base + i * BLOCK + tl.arange(0, BLOCK)) & 0xFFFFFFFF).to(tl.uint32)
+        t = bits.to(tl.int32, bitcast=True).to(tl.float32, bitcast=True)
+        hw = _e4m3_hw(t)
+        if PERTURB:
+            hw = tl.where(bits == 0x3F800000, hw ^ 1, hw)
+        bad += (hw != _e4m3_signed(t)).to(tl.int32)
+    tl.atomic_add(count_ptr, tl.sum(bad, axis=0))
 
 
 @triton.jit(do_not_specialize=["T", "T_PAD"])
@@ -104,6 +151,7 @@ def _fp8_group_kernel(
     BLOCK_G: tl.constexpr,  # groups a program
     INT64: tl.constexpr,
     USE_PDL: tl.constexpr,
+    HW_E4M3: tl.constexpr,  # the hardware e4m3 conversion (compiled, sm_89+); else integer ops
 ):
     G: tl.constexpr = N // GROUP
     G_TILES: tl.constexpr = (G + BLOCK_G - 1) // BLOCK_G
@@ -121,6 +169,11 @@ def _fp8_group_kernel(
     n_rows = T
     if HAS_MASK:
         n_rows = tl.minimum(tl.load(masked_m_ptr + e).to(tl.int32), T)
+        # a program with no row present and no padding scale row to zero has nothing to do:
+        # the time follows the rows present, not E x T
+        first = pid_m * BLOCK_M
+        if (first >= n_rows) & ((first + BLOCK_M <= T) | (first >= T_PAD)):
+            return
     valid = rows < n_rows  # token rows that are read and written
     pad = (rows >= T) & (rows < T_PAD)  # padding rows of a column-major scale buffer: scale 0
     g = pid_g * BLOCK_G + tl.arange(0, BLOCK_G)  # group index along N
@@ -164,7 +217,10 @@ def _fp8_group_kernel(
         t = tl.math.div_rn(y, s[:, :, None] + tl.zeros_like(y))
 
     # 3. e4m3 bytes and the scales.
-    q = _e4m3_signed(t)
+    if HW_E4M3:
+        q = _e4m3_hw(t)
+    else:
+        q = _e4m3_signed(t)
     q_off = e * stride_qe + rows[:, None, None] * stride_qm + cols
     tl.store(q_ptr + q_off, q.to(tl.uint8), mask=mask)
     s = tl.where(valid[:, None], s, 0.0)
@@ -197,6 +253,36 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
     if rows <= 64:
         return 1, block_g, 4
     return max(1, 4096 // (block_g * group)), block_g, 4
+
+
+_HW_E4M3: dict[int, bool] = {}
+
+
+def _hw_e4m3(device: torch.device) -> bool:
+    """Whether compiled launches on ``device`` use the hardware e4m3 conversion (sm_89+)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _HW_E4M3:
+        _HW_E4M3[index] = torch.cuda.get_device_capability(index) >= (8, 9)
+    return _HW_E4M3[index]
+
+
+def e4m3_paths_mismatches(start: int = 0, count: int = 2**32, device="cuda", _perturb: bool = False) -> int:
+    """How many fp32 bit patterns in ``[start, start + count)`` the hardware conversion and the
+    integer rounding map to different e4m3 bytes (0 is the claim; the default covers all 2**32).
+    Needs an sm_89+ GPU. ``_perturb`` (tests only) corrupts the hardware byte of 1.0."""
+    device = torch.device(device)
+    if device.type != "cuda" or not _hw_e4m3(device):
+        raise ValueError(f"device must be a CUDA GPU of compute capability >= 8.9, got {device}")
+    block, iters = 1024, 64
+    per_program = block * iters
+    if start % per_program or count % per_program:
+        raise ValueError(f"start and count must be multiples of {per_program}")
+    total = torch.zeros(1, dtype=torch.int32, device=device)
+    chunk = 2**30
+    for lo in range(start, start + count, chunk):
+        n = min(chunk, start + count - lo)
+        _e4m3_paths_kernel[(n // per_program,)](lo, total, BLOCK=block, ITERS=iters, PERTURB=_perturb)
+    return int(total.item())
 
 
 def _pdl_default(device: torch.device, enable_pdl):
@@ -381,6 +467,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         BLOCK_G=block_g,
         INT64=int64,
         USE_PDL=enable_pdl,
+        HW_E4M3=not interpreted and _hw_e4m3(device),
         num_warps=warps,
         **kwargs,
     )

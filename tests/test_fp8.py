@@ -294,6 +294,24 @@ def test_masked_m_clamped_and_int64(gen, device):
         assert bool((_bytes(q)[1] == POISON_Q).all()) and bool(torch.isnan(s.cpu()[2, 4:]).all())
 
 
+def test_masked_rows_skipped_and_padding_zeroed(gen, device):
+    """Programs whose rows are all past masked_m return early (time follows the rows present),
+    except those holding padding rows of a column-major scale buffer (T = 10 pads to 12): those
+    rows still get zero scales; rows past masked_m keep the poison."""
+    E, T, N, mm = 3, 10, 256, [0, 3, 10]
+    gateup = randn((E, T, 2 * N), torch.bfloat16, gen, device)
+    masked = torch.tensor(mm, dtype=torch.int32, device=device)
+    for column_major in (False, True):
+        out = _poisoned_out((E, T), N, 2, column_major, device)
+        q, s = silu_and_mul_fp8_group_quant(gateup, masked_m=masked, column_major_scales=column_major, out=out)
+        act, (uq, us) = _unfused(gateup, None, True, 128, False, column_major)
+        present = torch.arange(T)[None, :] < torch.tensor(mm)[:, None]
+        assert bits_equal(q.cpu()[present], uq.cpu()[present]) and bits_equal(s.cpu()[present], us.cpu()[present])
+        assert bool((_bytes(q)[~present] == POISON_Q).all()) and bool(torch.isnan(s.cpu()[~present]).all())
+        if column_major:
+            assert bool((_scale_buffer(s, True).cpu()[..., T:] == 0).all())
+
+
 def test_zero_rows_and_empty_experts(device):
     q, s = fp8_group_quant(torch.empty((0, 256), dtype=torch.bfloat16, device=device), column_major_scales=True)
     assert q.shape == (0, 256) and s.shape == (0, 2)
@@ -638,6 +656,18 @@ def test_gpu_bytes_equal_interpreter_bytes_on_every_bf16_value():
         ours = e4m3_signed_encode(t)
         hw = t.to(F8).view(torch.uint8)
         assert torch.equal(ours, hw), hex(start)
+
+
+@gpu_only
+def test_gpu_hardware_e4m3_equals_integer_rounding_on_all_fp32():
+    """The compiled kernels convert with cvt.rn.satfinite.e4m3x2.f32 (``_e4m3_hw``); the
+    interpreter with integer operations (``_e4m3_signed``). Both on every one of the 2**32 fp32
+    bit patterns (NaNs, infinities, subnormals, both signs): zero disagreements."""
+    from inkling_kernels.fp8 import e4m3_paths_mismatches
+
+    assert e4m3_paths_mismatches() == 0
+    # the counter counts: with the byte of 1.0 corrupted, exactly one disagreement
+    assert e4m3_paths_mismatches(0x3F800000 - 2**16, 2**17, _perturb=True) == 1
 
 
 @gpu_only

@@ -1,0 +1,191 @@
+"""Experiment B (2026-11-30), written before it ran; predictions in data/tuning_log.md, the
+record (with provenance) in data/experiments/experiment_b_h200.json.
+
+    python tools/fp8_experiment.py OUT_JSON
+
+1. ``e4m3``: the hardware e4m3 conversion against the integer rounding on all 2**32 fp32 bit
+   patterns (``inkling_kernels.fp8.e4m3_paths_mismatches``), timed.
+2. ``fp8``: the fused FP8 kernel at M = 49152, N in {1536, 3072}, both layouts: the integer
+   rounding (the published kernel) against the hardware conversion, over a few tiles (elements a
+   program, warps); decode M = 16 next to ``silu_and_mul``, PDL on; the masked cases (ragged and
+   full, E = 8, T = 256), now with empty programs returning early. Every variant's bytes are
+   compared with the published kernel's before it is timed.
+3. ``decode``: a tile sweep of ``silu_and_mul`` at M in {1, 4, 8, 16} x N in {768, 1536, 3072},
+   interleaved and not, PDL off and on, against the heuristic's 1 x 256 / 4 warps.
+4. ``host``: host time per call (``inkling_workbook.hostbench``) after the cheaper overlap and
+   global-scale checks.
+
+Timing: the method of ``inkling_workbook.bench`` (fixed-count graphs, >= 100 calls, >= 1 ms a
+replay, 10 replays a pass, passes interleaved across the variants of one shape).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from inkling_kernels import fp8 as fp8_mod
+from inkling_kernels import silu_and_mul
+from inkling_kernels.reference import bits_equal
+from inkling_kernels.silu_and_mul import LaunchConfig
+from inkling_workbook import bench, fp8_bench, provenance
+from inkling_workbook.hostbench import measure_host_overhead
+
+PASSES = 3
+
+
+def _timings(calls: dict, nbytes: int | None = None) -> dict:
+    timers = {k: bench.GraphTimer([fn]) for k, fn in calls.items()}
+    res = bench.time_interleaved(timers, PASSES)
+    for t in timers.values():
+        t.close()
+    out = {}
+    for k, t in res.items():
+        row = {
+            "median_us": round(t.median_us, 4),
+            "lo_us": round(t.lo_us, 4),
+            "hi_us": round(t.hi_us, 4),
+            "reps": t.reps,
+        }
+        if nbytes:
+            row["tbps"] = round(nbytes / t.median_us / 1e6, 4)
+        out[k] = row
+    return out
+
+
+def e4m3() -> dict:
+    t0 = time.perf_counter()
+    bad = fp8_mod.e4m3_paths_mismatches()
+    return {"fp32_patterns": 2**32, "mismatches": bad, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+class _Variant:
+    """Run the fused kernel with the hardware conversion on or off and a given tile."""
+
+    def __init__(self, hw: bool, tile: tuple[int, int] | None):
+        self.hw, self.tile = hw, tile
+
+    def __enter__(self):
+        self._hw, self._cfg = fp8_mod._hw_e4m3, fp8_mod._launch_config
+        fp8_mod._hw_e4m3 = lambda device: self.hw
+        if self.tile is not None:
+            elems, warps = self.tile
+
+            def cfg(rows, G, group, interpreted):
+                block_m, block_g, _ = self._cfg(rows, G, group, interpreted)
+                if rows > 64:
+                    block_m = max(1, elems // (block_g * group))
+                return block_m, block_g, warps
+
+            fp8_mod._launch_config = cfg
+        return self
+
+    def __exit__(self, *exc):
+        fp8_mod._hw_e4m3, fp8_mod._launch_config = self._hw, self._cfg
+
+
+def _fused_call(case, hw, tile):
+    impls = fp8_bench.fp8_impls(case)
+    fn, nbytes = impls["fused"]
+
+    def call():
+        with _Variant(hw, tile):
+            return fn()
+
+    return call, nbytes, impls
+
+
+def fp8() -> dict:
+    rows = []
+    cases = {c["name"]: c for c in fp8_bench.fp8_cases()}
+    variants = {
+        "int_4096x4w": (False, None),
+        "hw_4096x4w": (True, None),
+        "hw_8192x8w": (True, (8192, 8)),
+        "hw_4096x8w": (True, (4096, 8)),
+        "hw_2048x4w": (True, (2048, 4)),
+    }
+    big = [f"M49152_N{n}_{lay}" for n in (1536, 3072) for lay in ("il", "nil")]
+    big += ["M49152_N3072_il_colmajor_ue8m0", "M49152_N1536_nil_colmajor_ue8m0"]
+    for name in tqdm(big, desc="fp8 M=49152"):
+        case = cases[name]
+        calls, ref = {}, None
+        for v, (hw, tile) in variants.items():
+            call, nbytes, _ = _fused_call(case, hw, tile)
+            q, s = call()
+            got = (q.clone(), s.clone())
+            if ref is None:
+                ref = got
+            assert bits_equal(got[0], ref[0]) and bits_equal(got[1], ref[1]), (name, v)
+            calls[v] = call
+        rows.append({"case": name, "bytes": nbytes, **_timings(calls, nbytes)})
+    # decode and masked: published (integer) vs hardware conversion; silu_and_mul alone at decode
+    for name in tqdm(["M16_N1536_il", "M16_N3072_il", "M16_N1536_nil", "M16_N3072_nil"], desc="fp8 decode"):
+        case = cases[name]
+        calls = {v: _fused_call(case, hw, None)[0] for v, (hw, _) in (("int", (False, None)), ("hw", (True, None)))}
+        g = torch.randn((16, 2 * case["N"]), device="cuda").bfloat16()
+        o = torch.empty((16, case["N"]), device="cuda", dtype=torch.bfloat16)
+        calls["silu_and_mul_pdl"] = lambda g=g, o=o, il=case["interleaved"]: silu_and_mul(g, interleaved=il, out=o)
+        rows.append({"case": name, **_timings(calls)})
+    for name in tqdm([n for n in cases if n.startswith("masked")], desc="fp8 masked"):
+        case = cases[name]
+        calls = {v: _fused_call(case, hw, None)[0] for v, (hw, _) in (("int", (False, None)), ("hw", (True, None)))}
+        rows.append({"case": name, "rows_present": case["M"], **_timings(calls, fp8_bench.fp8_bytes(case))})
+    return {
+        "rows": rows,
+        "ceilings_tbps": {n: bench.stream_ceiling(49152 * n, out_dtype=torch.uint8) for n in (1536, 3072)},
+    }
+
+
+DECODE_TILES = [(1, 256, 4), (1, 128, 4), (1, 512, 4), (1, 1024, 4), (1, 512, 2), (1, 256, 2), (1, 1024, 8)]
+
+
+def decode() -> list[dict]:
+    rows = []
+    shapes = [(M, N, il) for M in (1, 4, 8, 16) for N in (768, 1536, 3072) for il in (True, False)]
+    for M, N, il in tqdm(shapes, desc="decode tiles"):
+        x = torch.randn((M, 2 * N), device="cuda").bfloat16()
+        want = silu_and_mul(x, interleaved=il)
+        for pdl in (False, True):
+            calls = {}
+            for bm, bn, w in DECODE_TILES:
+                if bn > N:
+                    continue
+                cfg = LaunchConfig(bm, bn, w)
+                o = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+                silu_and_mul(x, interleaved=il, out=o, config=cfg, enable_pdl=pdl)
+                assert bits_equal(o, want), (M, N, il, cfg)
+                calls[f"{bm}x{bn}/{w}w"] = lambda x=x, o=o, cfg=cfg, il=il, pdl=pdl: silu_and_mul(
+                    x, interleaved=il, out=o, config=cfg, enable_pdl=pdl
+                )
+            rows.append({"M": M, "N": N, "layout": "il" if il else "nil", "pdl": pdl, **_timings(calls)})
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[0])
+    steps = argv[1].split(",") if len(argv) > 1 else ["e4m3", "fp8", "decode", "host"]
+    bench.require_gpu()
+    doc = {"provenance": provenance.collect(["tools/fp8_experiment.py", *argv])}
+    doc["clock_warmup"] = bench.warm_clocks()
+    for step in steps:
+        t0 = time.perf_counter()
+        if step == "host":
+            doc[step] = {
+                "pdl_off": measure_host_overhead(enable_pdl=False),
+                "pdl_on": measure_host_overhead(enable_pdl=True),
+            }
+        else:
+            doc[step] = {"e4m3": e4m3, "fp8": fp8, "decode": decode}[step]()
+        print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
