@@ -168,8 +168,11 @@ def launch_config(M: int, N: int) -> LaunchConfig:
     """The launch heuristic that replaces an autotune table (measured: data/tuning_log.md).
 
     * Decode (M <= 64): one row a program (``BLOCK_M == 1``: the grid covers M exactly, no row
-      mask) and 256 columns a program, so even one token's row is spread over N/256 programs.
-      The call is latency-bound; smaller pieces finish sooner.
+      mask) and 256 columns a program with 4 warps, so even one token's row is spread over N/256
+      programs. The call is latency-bound; smaller pieces finish sooner. From 24576 outputs
+      (M * N, e.g. M = 8 at N = 3072, M = 16 at N = 1536) and N >= 1024: 1024 columns with 8
+      warps, which experiment B measured 4-11% faster with PDL at M = 8-16, N >= 1536 (and a tie
+      without PDL) on the H200 (``data/experiments/experiment_b_h200.json``).
     * Mid-size (64 < M <= 1024): still one row a program, with the widest power-of-two tile up
       to 1024 that divides N (no column mask).
     * Prefill (M > 1024): the same ``BLOCK_N`` and enough rows for about 2048 outputs (16 KB of
@@ -178,10 +181,12 @@ def launch_config(M: int, N: int) -> LaunchConfig:
     * No cache hint on the streamed ``gateup`` loads: on the H200 ``evict_first`` cost 3-5% at
       M = 49152 (the per-row weights keep their ``evict_last``).
 
-    The result depends on M only through its bucket (<= 64, <= 1024, larger) and is cached per
-    (bucket, N).
+    The result depends on M only through its bucket (<= 64 split at 24576 outputs, <= 1024,
+    larger) and is cached per (bucket, N).
     """
     bucket = 0 if M <= 64 else (1 if M <= 1024 else 2)
+    if bucket == 0 and N >= 1024 and M * N >= DECODE_WIDE_OUTPUTS:
+        bucket = 3
     cfg = _CONFIGS.get((bucket, N))
     if cfg is None:
         cfg = _CONFIGS[(bucket, N)] = _launch_config(bucket, N)
@@ -191,7 +196,12 @@ def launch_config(M: int, N: int) -> LaunchConfig:
 _CONFIGS: dict[tuple[int, int], LaunchConfig] = {}
 
 
+DECODE_WIDE_OUTPUTS = 24576
+
+
 def _launch_config(bucket: int, N: int) -> LaunchConfig:
+    if bucket == 3:
+        return LaunchConfig(1, 1024, 8, "")
     if bucket == 0:
         block_n = min(256, triton.next_power_of_2(N))
         return LaunchConfig(1, block_n, 4, "")

@@ -57,8 +57,8 @@ def measure_host_overhead(
     * ``fused_nvfp4_defaults_us``: the same without ``out`` and ``blockscale_offsets`` (value
       checks, a host read, included);
     * ratios ``silu_ratio`` (silu_and_mul_out / bare silu kernel; target <= 1.3),
-      ``fused_ratio`` (fused with out / bare silu kernel; target <= 1.5) and
-      ``fused_vs_bare_nvfp4_ratio``.
+      ``fused_vs_bare_nvfp4_ratio`` (fused with out / bare NVFP4 kernel, the same kernel
+      launched bare; target <= 1.5) and ``fused_ratio`` (fused with out / bare silu kernel).
     """
     if not torch.cuda.is_available():
         raise RuntimeError("measure_host_overhead needs a CUDA GPU: it times CUDA launches (CPU runs are interpreted)")

@@ -639,7 +639,8 @@ HOST_ROWS = [
     ("fused_nvfp4_out_us", "`ik.silu_and_mul_nvfp4_quant(..., out=(packed, scales))`"),
     ("fused_nvfp4_defaults_us", "`ik.silu_and_mul_nvfp4_quant(gateup, gs, eo)` (defaults: value checks, host read)"),
     ("silu_ratio", "`silu_and_mul(out=)` / bare launch (target <= 1.3)"),
-    ("fused_ratio", "fused NVFP4 with `out` / bare silu launch (target <= 1.5)"),
+    ("fused_vs_bare_nvfp4_ratio", "fused NVFP4 with `out` / bare NVFP4 launch (target <= 1.5)"),
+    ("fused_ratio", "fused NVFP4 with `out` / bare silu launch"),
 ]
 
 

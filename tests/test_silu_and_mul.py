@@ -35,7 +35,7 @@ def test_matches_reference(interleaved, dtype, with_weight, gen, device):
     _check_against_reference(x, w, interleaved=interleaved)
 
 
-@pytest.mark.parametrize("M,N", [(1, 1), (3, 7), (5, 300), (2, 1000), (9, 1537), (130, 96), (65, 2048)])
+@pytest.mark.parametrize("M,N", [(1, 1), (3, 7), (5, 300), (2, 1000), (9, 1537), (24, 1025), (130, 96), (65, 2048)])
 @pytest.mark.parametrize("interleaved", [True, False])
 def test_odd_widths_and_masked_tails(M, N, interleaved, gen, device):
     x = randn((M, 2 * N), torch.bfloat16, gen, device)
@@ -46,6 +46,15 @@ def test_odd_widths_and_masked_tails(M, N, interleaved, gen, device):
         silu_and_mul(x, interleaved=interleaved, out=out, config=cfg)
         assert not torch.isnan(out).any(), f"unwritten output elements with {cfg}"
         assert int(ulp_distance(out, ref).max()) <= 1
+
+
+def test_decode_heuristic_widens_from_24576_outputs():
+    """Decode tiles: 1x256 / 4 warps below 24576 outputs (or N < 1024), 1x1024 / 8 warps from
+    there up to M = 64 (experiment B); one row a program either way."""
+    assert launch_config(8, 1536) == LaunchConfig(1, 256, 4) and launch_config(64, 768) == LaunchConfig(1, 256, 4)
+    assert launch_config(8, 3072) == LaunchConfig(1, 1024, 8) and launch_config(16, 1536) == LaunchConfig(1, 1024, 8)
+    assert launch_config(24, 1025) == LaunchConfig(1, 1024, 8) and launch_config(64, 3072) == LaunchConfig(1, 1024, 8)
+    assert launch_config(65, 3072).BLOCK_M == 1 and launch_config(65, 3072).num_warps == 4
 
 
 @pytest.mark.parametrize("with_weight", [False, True])
