@@ -37,17 +37,18 @@ test: $(STAMP) lint unit nbval
 test-newest:
 	test -x $(NEWEST)/bin/python || $(PY) -m venv $(NEWEST)
 	$(NEWEST)/bin/python -m pip install -q "torch==2.13.0"
-	$(NEWEST)/bin/python -m pip install -q --upgrade "triton>=3.6" "numpy>=1.26" "pytest>=8"
+	$(NEWEST)/bin/python -m pip install -q --upgrade "triton>=3.6" "numpy>=1.26" "pytest>=8" "pytest-xdist>=3.6"
 	$(NEWEST)/bin/python -m pip install -q --no-deps -e .
 	$(NEWEST)/bin/python -c "import torch, triton; print('newest pair: torch', torch.__version__, 'triton', triton.__version__)"
-	$(NEWEST)/bin/python -m pytest -q -p no:cacheprovider $(NEWEST_TESTS)
+	$(NEWEST)/bin/python -m pytest -q -p no:cacheprovider -n auto $(NEWEST_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check inkling_kernels inkling_workbook tests tools notebooks
 	$(BIN)/ruff format --check inkling_kernels inkling_workbook tests tools notebooks
 
+# -n auto: the unit tests spread over the machine's cores (pytest-xdist; CI has two)
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests -q -p no:cacheprovider
+	$(BIN)/python -m pytest tests -q -p no:cacheprovider -n auto
 
 nbval: $(STAMP)
 	$(BIN)/python -m pytest --nbval-lax --nbval-sanitize-with notebooks/nbval_sanitize.cfg -p no:cacheprovider -q notebooks

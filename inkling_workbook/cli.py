@@ -76,8 +76,9 @@ def _figures(args) -> int:
     written = plots.draw_all(Path(args.data), Path(args.out))
     for p in written:
         print(f"wrote {p}")
-    if plots.update_readme(provenance.REPO_ROOT / "README.md", Path(args.data)):
-        print("updated the summary table in README.md")
+    readme = Path(args.readme) if args.readme else None
+    if readme is not None and plots.update_readme(readme, Path(args.data)):
+        print(f"updated the generated tables in {readme}")
     if not written:
         print(f"no benchmark CSV in {args.data}: run `python -m inkling_workbook bench` on a GPU first")
         return 1
@@ -113,6 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("figures", help="draw figures/ from the CSVs in data/")
     p.add_argument("--data", default=str(DATA))
     p.add_argument("--out", default=str(FIGURES))
+    p.add_argument(
+        "--readme",
+        default=str(provenance.REPO_ROOT / "README.md"),
+        help="README whose generated tables are rewritten from --data (default: the checkout's; '' for none)",
+    )
     p.set_defaults(fn=_figures)
     p = sub.add_parser("info", help="print device, versions and interpreter settings")
     p.set_defaults(fn=_info)

@@ -69,7 +69,9 @@ def test_info_prints_versions(capsys):
 
 
 def test_figures_and_summary_from_recorded_data(tmp_path, capsys):
-    assert cli.main(["figures", "--data", str(DATA), "--out", str(tmp_path)]) == 0
+    readme = tmp_path / "README.md"  # a copy: tests never write into the checkout
+    readme.write_text((DATA.parent / "README.md").read_text())
+    assert cli.main(["figures", "--data", str(DATA), "--out", str(tmp_path), "--readme", str(readme)]) == 0
     for stem in ("speedup_h200", "bandwidth_h200", "nvfp4_h200"):
         for ext in (".png", ".svg"):
             assert (tmp_path / f"{stem}{ext}").stat().st_size > 5000
@@ -81,7 +83,7 @@ def test_figures_and_summary_from_recorded_data(tmp_path, capsys):
 
 
 def test_figures_without_data_says_so(tmp_path, capsys):
-    assert cli.main(["figures", "--data", str(tmp_path), "--out", str(tmp_path / "f")]) == 1
+    assert cli.main(["figures", "--data", str(tmp_path), "--out", str(tmp_path / "f"), "--readme", ""]) == 1
     assert "no benchmark CSV" in capsys.readouterr().out
 
 
