@@ -99,7 +99,10 @@ fi
 
 echo "=== phase 2, sharing the GPU: tests + sanitizer | bitwise + notebooks 04, 05, 07 | notebooks 01-03 ($(stamp))"
 (
-  want tests && run tests "${PYTEST[@]}" -rs -m "not timing" tests
+  # compiling is most of the suite's time: spread it over 8 processes when pytest-xdist is there
+  XDIST=()
+  $PY -c "import xdist" 2>/dev/null && XDIST=(-n 8)
+  want tests && run tests "${PYTEST[@]}" "${XDIST[@]}" -rs -m "not timing" tests
   if want sanitize; then
     # Without PYTORCH_NO_CUDA_MEMORY_CACHING the caching allocator hides out-of-bounds accesses.
     export PYTORCH_NO_CUDA_MEMORY_CACHING=1
