@@ -426,6 +426,9 @@ def draw_all(data_dir: Path, fig_dir: Path) -> list[Path]:
         fp8 = companion(csv_path, "fp8")
         if fp8.exists():
             written += draw_fp8(pd.read_csv(fp8), meta, fig_dir / f"fp8_{gpu}")
+        tune = companion(csv_path, "tune")
+        if tune.exists():  # the tile sweep of a run, against the current launch heuristic
+            written += draw_tile_sweep(pd.read_csv(tune), meta, fig_dir / f"tile_sweep_{gpu}")
     return written
 
 
@@ -671,7 +674,7 @@ def draw_tile_sweep(tune: pd.DataFrame, meta: dict, out_stem: Path, dpi: int | N
     per shape, every tile's time relative to the fastest tile of the sweep (grey), the heuristic
     as it ran in that sweep (red) and, where the sweep timed it, the tile the current
     ``launch_config`` picks (blue ring). ``meta`` names the device and versions (a provenance
-    record); ``dpi`` overrides :data:`DPI` for the PNG (notebooks draw at screen resolution)."""
+    record); with ``dpi``, one PNG at that resolution (notebooks), else PNG and SVG like every figure."""
     from inkling_kernels.silu_and_mul import launch_config
 
     df = tune[tune.get("op", pd.Series("silu_and_mul", index=tune.index)) == "silu_and_mul"].copy()
@@ -712,9 +715,10 @@ def draw_tile_sweep(tune: pd.DataFrame, meta: dict, out_stem: Path, dpi: int | N
         f"Tile sweep vs launch heuristic, {meta.get('device')} ({versions}); warm L2, CUDA-graph median", fontsize=9
     )
     fig.tight_layout()
-    stem = Path(out_stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    path = stem.with_suffix(".png")
-    fig.savefig(path, dpi=dpi or DPI)
+    if dpi is None:
+        return _save(fig, Path(out_stem))
+    path = Path(out_stem).with_suffix(".png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return [path]
