@@ -102,22 +102,6 @@ def step1_slab_kernel(
 
 
 @triton.jit
-def _masks(rows, cols, cols2, M, N: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr):
-    """The input (slab) and output masks of a tile; ``None`` where the tile divides the shape, so
-    the mask is not compiled at all."""
-    in_mask = None
-    out_mask = None
-    if not EVEN_N:
-        in_mask = (cols2 < 2 * N)[None, :]
-        out_mask = (cols < N)[None, :]
-    if not EVEN_M:
-        row_ok = (rows < M)[:, None]
-        in_mask = row_ok if EVEN_N else row_ok & in_mask
-        out_mask = row_ok if EVEN_N else row_ok & out_mask
-    return in_mask, out_mask
-
-
-@triton.jit
 def _slab_tile(
     gateup_ptr, weight_ptr, out_ptr, M, stride_in, stride_out, pid_m, pid_n,
     N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
@@ -129,7 +113,16 @@ def _slab_tile(
         rows = rows.to(tl.int64)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     cols2 = pid_n * (2 * BLOCK_N) + tl.arange(0, 2 * BLOCK_N)
-    in_mask, out_mask = _masks(rows, cols, cols2, M, N, EVEN_M, EVEN_N)
+    # static masks: None (not compiled at all) where the tile divides the shape
+    in_mask = None
+    out_mask = None
+    if not EVEN_N:
+        in_mask = (cols2 < 2 * N)[None, :]
+        out_mask = (cols < N)[None, :]
+    if not EVEN_M:
+        row_ok = (rows < M)[:, None]
+        in_mask = row_ok if EVEN_N else row_ok & in_mask
+        out_mask = row_ok if EVEN_N else row_ok & out_mask
     x = tl.load(gateup_ptr + rows[:, None] * stride_in + cols2[None, :], mask=in_mask)
     gate, up = tl.split(tl.reshape(x, (BLOCK_M, BLOCK_N, 2)))
     y = _silu_mul(gate, up)
