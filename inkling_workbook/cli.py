@@ -1,4 +1,4 @@
-"""``python -m inkling_workbook {check,bench,serving,figures,info}``."""
+"""``python -m inkling_workbook {check,bench,serving,steps,figures,info}``."""
 
 from __future__ import annotations
 
@@ -70,6 +70,15 @@ def _serving(args) -> int:
     return 0
 
 
+def _steps(args) -> int:
+    from . import bench, port_steps
+
+    bench.require_gpu()
+    csv_path, meta_path = port_steps.measure_steps(args.out)
+    print(f"wrote {csv_path} and {meta_path}")
+    return 0
+
+
 def _figures(args) -> int:
     from . import plots
 
@@ -111,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("serving", help="PDL in a decode chain, host time per call (GPU only)")
     p.add_argument("--out", help="JSON output (default data/serving_<gpu>.json)")
     p.set_defaults(fn=_serving)
+    p = sub.add_parser("steps", help="time every step of the port and the package kernel (GPU only)")
+    p.add_argument("--out", help="CSV output (default data/port_steps_<gpu>.csv; a .json beside it)")
+    p.set_defaults(fn=_steps)
     p = sub.add_parser("figures", help="draw figures/ from the CSVs in data/")
     p.add_argument("--data", default=str(DATA))
     p.add_argument("--out", default=str(FIGURES))

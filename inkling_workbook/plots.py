@@ -427,6 +427,9 @@ def draw_all(data_dir: Path, fig_dir: Path) -> list[Path]:
         fp8 = companion(csv_path, "fp8")
         if fp8.exists():
             written += draw_fp8(pd.read_csv(fp8), meta, fig_dir / f"fp8_{gpu}")
+        tune = companion(csv_path, "tune")
+        if tune.exists():  # the tile sweep of a run, against the current launch heuristic
+            written += draw_tile_sweep(pd.read_csv(tune), meta, fig_dir / f"tile_sweep_{gpu}")
     return written
 
 
@@ -682,3 +685,58 @@ def update_readme(readme: Path, data_dir: Path) -> bool:
     if new != text:
         readme.write_text(new)
     return new != text
+
+
+def draw_tile_sweep(tune: pd.DataFrame, meta: dict, out_stem: Path, dpi: int | None = None) -> list[Path]:
+    """The recorded tile sweep (``data/tune_*_<gpu>.csv``) against the launch heuristic, one axes:
+    per shape, every tile's time relative to the fastest tile of the sweep (grey), the heuristic
+    as it ran in that sweep (red) and, where the sweep timed it, the tile the current
+    ``launch_config`` picks (blue ring). ``meta`` names the device and versions (a provenance
+    record); with ``dpi``, one PNG at that resolution (notebooks), else PNG and SVG like every figure."""
+    from inkling_kernels.silu_and_mul import launch_config
+
+    df = tune[tune.get("op", pd.Series("silu_and_mul", index=tune.index)) == "silu_and_mul"].copy()
+    keys = ["M", "N", "layout", "weighted"]
+    groups = sorted(df.groupby(keys), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2]))
+    fig, ax = plt.subplots(figsize=(11, 4.6))
+    labels = []
+    for i, ((M, N, layout, weighted), g) in enumerate(groups):
+        best = g.median_us.min()
+        tiles = g[g.config != "heuristic"]
+        ax.scatter(np.full(len(tiles), i), tiles.median_us / best, s=14, color="#9E9E9E", alpha=0.7, zorder=2)
+        heur = g[g.config == "heuristic"]
+        ax.scatter([i] * len(heur), heur.median_us / best, marker="x", s=70, color="#D62728", zorder=4)
+        cfg = launch_config(int(M), int(N))
+        now = f"{cfg.BLOCK_M}x{cfg.BLOCK_N}/w{cfg.num_warps}/{cfg.stream_policy or 'nohint'}"
+        hit = g[g.config == now]
+        ax.scatter([i] * len(hit), hit.median_us / best, s=110, facecolors="none", edgecolors="#1F77B4", zorder=3)
+        w = " +w" if weighted else ""
+        labels.append(f"{M}x{N}\n{layout}{w}\nbest {best:.2f} us\nnow {cfg.BLOCK_M}x{cfg.BLOCK_N}/{cfg.num_warps}w")
+    ax.set_xticks(range(len(labels)), labels, fontsize=7)
+    ax.set_ylim(bottom=0.95)
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_ylabel("time per call / fastest tile of the sweep")
+    ax.set_xlabel("shape (M x N, layout), the sweep's fastest time, the current heuristic's tile")
+    ax.grid(axis="y", alpha=0.3)
+    from matplotlib.lines import Line2D
+
+    handles = [
+        Line2D(
+            [], [], ls="", marker="o", color="#9E9E9E", label="a tile of the sweep (BLOCK_M x BLOCK_N, warps, hint)"
+        ),
+        Line2D([], [], ls="", marker="x", color="#D62728", label="the heuristic as it ran in the sweep"),
+        Line2D([], [], ls="", marker="o", mfc="none", mec="#1F77B4", ms=10, label="the current launch_config tile"),
+    ]
+    ax.legend(handles=handles, fontsize=8, loc="upper left")
+    versions = f"torch {meta.get('torch')}, triton {meta.get('triton')}, driver {meta.get('driver')}"
+    ax.set_title(
+        f"Tile sweep vs launch heuristic, {meta.get('device')} ({versions}); warm L2, CUDA-graph median", fontsize=9
+    )
+    fig.tight_layout()
+    if dpi is None:
+        return _save(fig, Path(out_stem))
+    path = Path(out_stem).with_suffix(".png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return [path]

@@ -72,7 +72,7 @@ def test_figures_and_summary_from_recorded_data(tmp_path, capsys):
     readme = tmp_path / "README.md"  # a copy: tests never write into the checkout
     readme.write_text((DATA.parent / "README.md").read_text())
     assert cli.main(["figures", "--data", str(DATA), "--out", str(tmp_path), "--readme", str(readme)]) == 0
-    for stem in ("speedup_h200", "bandwidth_h200", "nvfp4_h200"):
+    for stem in ("speedup_h200", "bandwidth_h200", "nvfp4_h200", "tile_sweep_h200"):
         for ext in (".png", ".svg"):
             assert (tmp_path / f"{stem}{ext}").stat().st_size > 5000
     md = plots.summary_markdown(DATA)

@@ -13,7 +13,8 @@
 #   bench      full benchmark sweep, warm and cold L2 -> data/bench_<gpu>.csv, .json,
 #              nvfp4_bench_<gpu>.csv; then, still alone on the GPU, the timing-method test
 #              (tests marked `timing`) and the serving measurements (PDL in a decode chain,
-#              host time per call) -> data/serving_<gpu>.json
+#              host time per call) -> data/serving_<gpu>.json, and the port step by step
+#              (notebook 02) -> data/port_steps_<gpu>.csv, .json
 #   tests      the whole test suite on the GPU
 #   sanitize   compute-sanitizer memcheck over the kernel tests, then racecheck and initcheck
 #   bitwise    port vs helion matrix -> data/bitwise_<gpu>.json; NVFP4 fused == unfused ==
@@ -94,7 +95,8 @@ if want bench; then
   run bench $PY -m inkling_workbook bench --cold-l2 --no-tune
   run timing "${PYTEST[@]}" -rs -s -m timing tests
   run serving $PY -m inkling_workbook serving
-  show bench timing serving
+  run steps $PY -m inkling_workbook steps
+  show bench timing serving steps
 fi
 
 echo "=== phase 2, sharing the GPU: tests + sanitizer | bitwise + notebooks 04, 05, 07 | notebooks 01-03 ($(stamp))"

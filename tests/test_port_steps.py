@@ -1,0 +1,106 @@
+"""Every step of the port (notebook 02) is bitwise equal to the package kernel: the techniques
+change the speed, never the bits."""
+
+import csv
+import json
+
+import pytest
+import torch
+from conftest import gpu_only, poisoned, randn
+
+from inkling_kernels import silu_and_mul
+from inkling_workbook import port_steps
+from inkling_workbook.bench import Timing
+
+# (M, N, weighted): decode rows, odd widths (column tails), row tails, M above the one-row limit
+# (steps 3-5 go back to 8-row tiles there, the heuristic to its prefill tile) and fp32 weights.
+CPU_CASES = [(1, 64, False), (3, 37, True), (9, 256, False), (5, 300, True), (1030, 24, True)]
+
+
+def _check_all_steps(M, N, weighted, dtype, gen, device):
+    x = randn((M, 2 * N), dtype, gen, device, scale=3.0)
+    w = torch.rand(M, generator=gen).to(device) if weighted else None
+    ref = silu_and_mul(x, w)
+    assert not torch.isnan(ref).any()
+    bits = torch.int16 if dtype != torch.float32 else torch.int32
+    for name in port_steps.STEP_NAMES:
+        out = poisoned((M, N), dtype, device)
+        port_steps.run_step(name, x, w, out=out)
+        assert torch.equal(out.view(bits), ref.view(bits)), f"step {name} differs from the package at {M}x{N}"
+
+
+@pytest.mark.parametrize("M,N,weighted", CPU_CASES)
+def test_every_step_bitwise_equal_to_package_cpu(M, N, weighted, gen):
+    _check_all_steps(M, N, weighted, torch.bfloat16, gen, torch.device("cpu"))
+
+
+def test_every_step_bitwise_fp16_cpu(gen):
+    _check_all_steps(4, 100, True, torch.float16, gen, torch.device("cpu"))
+
+
+def test_run_step_allocates_and_rejects_unknown(gen):
+    x = randn((2, 16), torch.bfloat16, gen, "cpu")
+    assert port_steps.run_step("slab", x).shape == (2, 8)
+    with pytest.raises(ValueError, match="name must be one of"):
+        port_steps.run_step("fastest", x)
+
+
+def test_steps_are_cumulative_and_end_at_the_package_tile():
+    # the tile of the last step is the package heuristic's on every size class
+    for M, N in [(1, 3072), (16, 3072), (384, 1024), (49152, 768)]:
+        cfg = port_steps.launch_config(M, N)
+        assert port_steps.config_label("heuristic", M, N) == f"{cfg.BLOCK_M}x{cfg.BLOCK_N}/{cfg.num_warps}w"
+    # BLOCK_M == 1 starts at step 3 and stops above the one-row limit
+    assert port_steps.config_label("static_masks", 16, 3072).startswith("8x")
+    assert port_steps.config_label("block_m_1", 16, 3072).startswith("1x")
+    assert port_steps.config_label("int64_switch", 4096, 3072).startswith("8x")
+
+
+@gpu_only
+@pytest.mark.parametrize("M,N,weighted", [(1, 3072, False), (16, 768, True), (37, 1537, False), (4096, 3072, True)])
+def test_every_step_bitwise_equal_to_package_gpu(M, N, weighted, gen):
+    _check_all_steps(M, N, weighted, torch.bfloat16, gen, torch.device("cuda"))
+
+
+def test_record_writer(tmp_path):
+    t = Timing.from_passes([[1.0, 1.2, 1.1], [1.3, 1.25, 1.15]], reps=200)
+    rows = [port_steps.row(name, 16, 3072, t, "1980") for name in [*port_steps.STEP_NAMES, "package"]]
+    meta = {"device": "fake", "steps": [s.__dict__ for s in port_steps.STEPS]}
+    csv_path, meta_path = port_steps.write_records(rows, meta, tmp_path / "port_steps_fake.csv")
+    assert meta_path.name == "port_steps_fake.json"
+    back = list(csv.DictReader(csv_path.open()))
+    assert [r["impl"] for r in back] == [*port_steps.STEP_NAMES, "package"]
+    assert [int(r["step"]) for r in back] == list(range(len(port_steps.STEPS) + 1))
+    assert float(back[0]["median_us"]) == pytest.approx(t.median_us, abs=1e-4)
+    assert float(back[0]["lo_us"]) < float(back[0]["hi_us"])
+    assert back[-1]["config"] == "package 1x1024/8w"  # 16 x 3072 is in the wide decode bucket
+    assert json.loads(meta_path.read_text())["device"] == "fake"
+
+
+def _ptx(kernel, runtime: dict, constants: dict) -> str:
+    """Compile a step kernel for sm_90 (Triton builds PTX without a GPU)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    sig = {"gateup_ptr": "*bf16", "weight_ptr": "*fp32", "out_ptr": "*bf16", "M": "i32"} | runtime
+    sig |= dict.fromkeys(constants, "constexpr")
+    return triton.compile(ASTSource(kernel, sig, constants), target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+
+
+def test_step_kernels_compile_for_sm90_and_static_masks_remove_predicates():
+    """The interpreter accepts code the compiler refuses (a jit helper returning None masks did
+    once): every step kernel is compiled here, and the static-mask flags must remove the compare
+    instructions of the masks from the code."""
+    i32 = {"stride_in": "i32", "stride_out": "i32"}
+    tile = {"BLOCK_M": 8, "BLOCK_N": 256, "HAS_WEIGHT": True}
+    for kernel in (port_steps.step0_naive_kernel, port_steps.step1_slab_kernel):
+        ptx = _ptx(kernel, i32 | {"N": "i32"}, tile)
+        assert "ld.global" in ptx and "st.global" in ptx
+    setp = {}
+    for even in (False, True):
+        flags = {"N": 3072, "EVEN_M": even, "EVEN_N": even} | tile
+        setp[even] = _ptx(port_steps.step2_static_masks_kernel, i32, flags).count("setp")
+        ptx = _ptx(port_steps.step4_flat_kernel, i32, flags | {"BLOCK_M": 1, "INT64": not even})
+        assert "ld.global" in ptx and "st.global" in ptx
+    assert setp[True] < setp[False]
