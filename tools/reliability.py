@@ -25,7 +25,8 @@ README = ROOT / "README.md"
 # The GPU job logs the table reports, newest first: (file in data/, what it was). Each is parsed
 # the same way (its `=== <step>` sections and its summary); nothing in the table is typed by hand.
 LOGS = [
-    ("gpu_job_h200.log", "the latest GPU job"),
+    ("gpu_job_h200.log", "the publishing GPU job"),
+    ("gpu_job_h200_dca1771.log", "the last complete GPU job"),
 ]
 START, END = "<!-- reliability:start -->", "<!-- reliability:end -->"
 
