@@ -441,7 +441,8 @@ def draw_all(data_dir: Path, fig_dir: Path) -> list[Path]:
             written += draw_nvfp4(pd.read_csv(nv), meta, fig_dir / f"nvfp4_{gpu}")
             ptx_path = data_dir / f"ptx_{gpu}.json"
             ptx = json.loads(ptx_path.read_text()) if ptx_path.exists() else None
-            written += draw_nvfp4_floors(pd.read_csv(nv), meta, ptx, fig_dir / f"nvfp4_floors_{gpu}")
+            ipe, src = recorded_nvfp4_instr_per_element(data_dir)
+            written += draw_nvfp4_floors(pd.read_csv(nv), meta, ptx, fig_dir / f"nvfp4_floors_{gpu}", ipe, src)
         fp8 = companion(csv_path, "fp8")
         if fp8.exists():
             written += draw_fp8(pd.read_csv(fp8), meta, fig_dir / f"fp8_{gpu}")
@@ -744,14 +745,47 @@ def nvfp4_kernel_record(ptx: dict | None) -> dict | None:
     return None
 
 
-def draw_nvfp4_floors(nv: pd.DataFrame, meta: dict, ptx: dict | None, out_stem: Path) -> list[Path]:
+def recorded_clock_mhz(meta: dict) -> float | None:
+    """The SM clock the record saw after its sweep (``gpu_state_after``), in MHz."""
+    v = (meta.get("gpu_state_after") or {}).get("sm_clock_mhz")
+    return float(v) if v not in (None, "", "?") else None
+
+
+def recorded_nvfp4_instr_per_element(data_dir: Path) -> tuple[float | None, str]:
+    """The fused NVFP4 kernel's SASS instructions per output element, and where that was read:
+    ``data/tuning_log.md`` records it (``SASS instructions per element: fused A -> B``: B, the
+    current kernel); the PTX record of the GPU run holds only the silu kernels."""
+    import re
+
+    log = Path(data_dir) / "tuning_log.md"
+    hits = (
+        re.findall(r"SASS instructions per element: fused [\d.]+ -> ([\d.]+)", log.read_text()) if log.exists() else []
+    )
+    return (float(hits[-1]), "data/tuning_log.md (sm_90 SASS, compiled offline)") if hits else (None, "")
+
+
+def draw_nvfp4_floors(
+    nv: pd.DataFrame,
+    meta: dict,
+    ptx: dict | None,
+    out_stem: Path,
+    instr_per_element: float | None = None,
+    instr_source: str = "",
+) -> list[Path]:
     """The fused NVFP4 kernel's median time (bars: the recorded spread) against M per N, with its
-    byte floor (the record's ``fused_floor_us``: bytes / the same-pattern ceiling) and, when the
-    PTX record holds the kernel's instruction count, its instruction-issue floor."""
+    byte floor (the record's ``fused_floor_us``: bytes / the same-pattern ceiling) and its
+    instruction-issue floor :func:`issue_floor_us` when an instruction count per element is known
+    (the PTX record's NVFP4 kernel, else ``instr_per_element`` with its source), at the record's
+    SM count and its clock after the sweep."""
     f = nv[nv.impl == "fused"].sort_values(["N", "M"])
     fig, ax = plt.subplots(figsize=(7.0, 3.8))
     cmap = plt.get_cmap("viridis")
     ns = sorted(f.N.unique())
+    rec = nvfp4_kernel_record(ptx)
+    if rec is not None and "instructions_per_element" in rec:
+        instr_per_element, instr_source = rec["instructions_per_element"], "the PTX record"
+    clock, sms = recorded_clock_mhz(meta), meta.get("sm_count")
+    issue = instr_per_element is not None and clock is not None and sms is not None
     for i, n in enumerate(ns):
         d = f[f.N == n]
         c = cmap(i / max(1, len(ns) - 1))
@@ -760,29 +794,33 @@ def draw_nvfp4_floors(nv: pd.DataFrame, meta: dict, ptx: dict | None, out_stem: 
             capsize=2, color=c, label=f"fused, N={n}",
         )  # fmt: skip
         ax.plot(d.M, d.fused_floor_us, ls="--", lw=1, color=c, label=f"byte floor, N={n}")
+        if issue:
+            ax.plot(
+                d.M, issue_floor_us(instr_per_element, d.M * d.N, sms, clock), ls=":", lw=1.2, color=c,
+                label=f"issue floor, N={n}",
+            )  # fmt: skip
         last = d.iloc[-1]
         ax.annotate(
-            f"{100 * last.fused_floor_us / last.median_us:.0f}% of floor", (last.M, last.median_us),
-            textcoords="offset points", xytext=(-70, 8), fontsize=6.5, color=c,
+            f"{100 * last.fused_floor_us / last.median_us:.0f}% of byte floor", (last.M, last.median_us),
+            textcoords="offset points", xytext=(-90, 8), fontsize=6.5, color=c,
         )  # fmt: skip
-    ax.set_ylim(top=float(f.median_us.max()) * 3)
-    rec = nvfp4_kernel_record(ptx)
-    if rec is None:
+    if issue:
         note = (
-            "instruction-issue floor not drawn: the PTX record (data/ptx_*.json) holds no NVFP4 kernel's "
-            "instruction count"
+            f"issue floor = {instr_per_element} instr/element x M x N / ({sms} SMs x 4 x 32 threads x {clock:.0f} MHz)"
+            f"\ncount: {instr_source}; clock: the record's after the sweep"
         )
     else:
-        note = "instruction-issue floor: static PTX count / elements a thread (see notebook 05)"
+        note = "instruction-issue floor not drawn: no instruction count per element recorded for this kernel"
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    ax.set_ylim(float(f.fused_floor_us.min()) / 2, float(f.median_us.max()) * 3)
     ax.set_xlabel("M (rows, 8 experts)", fontsize=8)
     ax.set_ylabel("us per call (log)", fontsize=8)
     ax.grid(alpha=0.3)
     ax.tick_params(labelsize=7)
     ax.legend(fontsize=6.5, ncol=2)
     ax.set_title(
-        f"{meta.get('device', '?')}: fused SiLU-and-mul + NVFP4 against its byte floor, warm L2\n{note}",
+        f"{meta.get('device', '?')}: fused SiLU-and-mul + NVFP4 against its byte and issue floors, warm L2\n{note}",
         fontsize=8,
     )
     fig.text(0.01, 0.005, caption(meta, "warm"), fontsize=5, color="0.3")

@@ -67,13 +67,20 @@ def test_bandwidth_ceilings_spread_and_l2_region(record, captured, tmp_path):
 def test_nvfp4_floors_are_the_records(record, captured, tmp_path):
     _, meta = record
     nv = pd.read_csv(DATA / "nvfp4_bench_h200.csv")
-    plots.draw_nvfp4_floors(nv, meta, None, tmp_path / "n")
+    plots.draw_nvfp4_floors(nv, meta, None, tmp_path / "n")  # no instruction count: said, not invented
     ax = captured[0].axes[0]
-    assert meta["device"] in ax.get_title()
-    assert "not drawn" in ax.get_title()  # no NVFP4 kernel in the PTX record: said, not invented
+    assert meta["device"] in ax.get_title() and "not drawn" in ax.get_title()
     floors = {tuple(ln.get_ydata()) for ln in ax.get_lines() if ln.get_linestyle() == "--"}
     fused = nv[nv.impl == "fused"].sort_values(["N", "M"])
     assert {tuple(fused[fused.N == n].fused_floor_us) for n in fused.N.unique()} == floors
+    ipe, src = plots.recorded_nvfp4_instr_per_element(DATA)
+    assert ipe is not None and "tuning_log" in src
+    plots.draw_nvfp4_floors(nv, meta, None, tmp_path / "n2", ipe, src)
+    ax = captured[1].axes[0]
+    issue = [ln.get_ydata() for ln in ax.get_lines() if ln.get_linestyle() == ":"]
+    big = fused[(fused.M == 49152) & (fused.N == 3072)].iloc[0]
+    want = ipe * 49152 * 3072 / (meta["sm_count"] * 128 * plots.recorded_clock_mhz(meta))
+    assert any(np.isclose(np.max(y), want) for y in issue) and want < big.median_us
 
 
 def test_issue_floor_model():
