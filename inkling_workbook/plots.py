@@ -53,7 +53,7 @@ SHORT = {
 BASELINES = ("helion_sm90", "helion_fixed", "compile_static", "compile_dynamic_m", "torch_eager")
 HEADLINE = ("helion_sm90", "compile_static")
 KEYS = ["group", "M", "N", "layout", "weighted"]
-DPI = 150  # figures/ PNGs; notebooks draw at screen resolution (``plots.DPI = 60``) to stay small
+DPI = 100  # figures/ PNGs at screen resolution (SVGs beside them); notebooks draw lower (``plots.DPI = 60``)
 
 
 def load_bench(csv_path: str | Path) -> tuple[pd.DataFrame, dict]:
@@ -234,9 +234,16 @@ def draw_bandwidth(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
                     continue
                 color = cmap(i / max(1, len(ns) - 1))
                 ax.plot(dn.M, dn.tbps, ls=style, lw=1, color=color, label=f"N={n} {l2} L2")
+                lo, hi = bandwidth_spread(dn)
+                ax.errorbar(dn.M, dn.tbps, yerr=[dn.tbps - lo, hi - dn.tbps], fmt="none", ecolor=color, lw=0.8,
+                            capsize=1.5)  # fmt: skip
                 fits = dn.fits_l2.astype(bool) if "fits_l2" in dn else np.zeros(len(dn), bool)
                 ax.scatter(dn.M[~fits], dn.tbps[~fits], s=12, color=color, marker="o" if l2 == "warm" else "x")
                 ax.scatter(dn.M[fits], dn.tbps[fits], s=14, facecolors="none", edgecolors=color)
+        for i, n in enumerate(ns):  # the rows whose whole working set (bytes moved) fits in L2
+            m_l2 = l2_resident_max_m(d[d.N == n], meta)
+            if m_l2:
+                ax.axvspan(d.M.min() / 1.5, m_l2, color=cmap(i / max(1, len(ns) - 1)), alpha=0.08, lw=0)
         for key, style in (("ceiling_49152x3072", "-."), ("ceiling_49152x768", ":")):
             if key in meta:
                 t = meta[key]["tbps"]
@@ -247,11 +254,14 @@ def draw_bandwidth(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=7)
     axes[0].set_ylabel("effective bandwidth (TB/s)", fontsize=8)
-    fits_label = f"working set fits in L2 ({l2_mb:.0f} MiB)"
+    fits_label = f"working set fits in L2 ({l2_mb:.0f} MiB): hollow marker; shaded per N"
     axes[0].scatter([], [], s=14, facecolors="none", edgecolors="black", label=fits_label)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=5.5, loc="lower center", ncol=4, bbox_to_anchor=(0.5, 0.05))
-    fig.suptitle("silu_and_mul, Triton port: bytes moved / median time (M >= 96)", fontsize=9)
+    fig.suptitle(
+        f"{meta.get('device', '?')}: silu_and_mul, Triton port, bytes moved / median time (M >= 96; bars: spread)",
+        fontsize=9,
+    )
     fig.text(0.01, 0.005, caption(meta), fontsize=5, color="0.3")
     fig.tight_layout(rect=(0, 0.24, 1, 1))
     return _save(fig, out_stem)
@@ -285,7 +295,10 @@ def draw_decode(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
                 ax.set_xlabel("M (rows)", fontsize=8)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=6, loc="lower center", ncol=3, bbox_to_anchor=(0.5, 0.04))
-    fig.suptitle("silu_and_mul at decode sizes: median us per call, back to back, warm L2", fontsize=9)
+    fig.suptitle(
+        f"{meta.get('device', '?')}: silu_and_mul at decode sizes, median us per call, back to back, warm L2",
+        fontsize=9,
+    )
     fig.text(0.01, 0.005, caption(meta, "warm"), fontsize=5, color="0.3")
     fig.tight_layout(rect=(0, 0.16, 1, 1))
     return _save(fig, out_stem)
@@ -305,7 +318,10 @@ def draw_nvfp4(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
     ax.set_yscale("log")
     ax.set_xticks(x, [f"M={int(r.M)}\nN={int(r.N)}" for r in wide.itertuples()], fontsize=7)
     ax.set_ylabel("median time per call (us, log)")
-    ax.set_title("SiLU-and-mul + NVFP4 quant, 8 experts, warm L2 (label: unfused / fused)", fontsize=9)
+    ax.set_title(
+        f"{meta.get('device', '?')}: SiLU-and-mul + NVFP4 quant, 8 experts, warm L2 (label: unfused / fused)",
+        fontsize=9,
+    )
     ax.legend(fontsize=6.5)
     fig.text(0.01, 0.005, caption(meta, "warm"), fontsize=5, color="0.3")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
@@ -424,12 +440,20 @@ def draw_all(data_dir: Path, fig_dir: Path) -> list[Path]:
         nv = companion(csv_path, "nvfp4")
         if nv.exists():
             written += draw_nvfp4(pd.read_csv(nv), meta, fig_dir / f"nvfp4_{gpu}")
+            ptx_path = data_dir / f"ptx_{gpu}.json"
+            ptx = json.loads(ptx_path.read_text()) if ptx_path.exists() else None
+            ipe, src = recorded_nvfp4_instr_per_element(data_dir)
+            written += draw_nvfp4_floors(pd.read_csv(nv), meta, ptx, fig_dir / f"nvfp4_floors_{gpu}", ipe, src)
         fp8 = companion(csv_path, "fp8")
         if fp8.exists():
             written += draw_fp8(pd.read_csv(fp8), meta, fig_dir / f"fp8_{gpu}")
         tune = companion(csv_path, "tune")
         if tune.exists():  # the tile sweep of a run, against the current launch heuristic
             written += draw_tile_sweep(pd.read_csv(tune), meta, fig_dir / f"tile_sweep_{gpu}")
+    if written:  # the diagrams and the two live (CPU, interpreter) measurements beside the records
+        written += draw_swizzle(fig_dir / "swizzle_128x4")
+        written += draw_ulp_histogram(ulp_port_vs_eager(), fig_dir / "ulp_port_vs_eager_cpu")
+        written += draw_nvfp4_error(nvfp4_error_in_steps(), fig_dir / "nvfp4_error_cpu")
     return written
 
 
@@ -740,3 +764,283 @@ def draw_tile_sweep(tune: pd.DataFrame, meta: dict, out_stem: Path, dpi: int | N
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return [path]
+
+
+# --- issue 11: the figures that teach the port ------------------------------------------------
+
+
+def versions_text(meta: dict) -> str:
+    """GPU, driver and versions of a record, one line (for titles and footers)."""
+    return (
+        f"{meta.get('device', '?')}, driver {meta.get('driver', '?')}; torch {meta.get('torch', '?')}, "
+        f"triton {meta.get('triton', '?')}, helion {meta.get('helion', '?')}; {meta.get('date_utc', '?')[:10]}"
+    )
+
+
+def local_versions_text() -> str:
+    """What this process runs on: the backend and versions, for figures computed live."""
+    import platform
+
+    import torch
+    import triton
+
+    where = (
+        torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({platform.machine()}), Triton interpreter"
+    )
+    return f"{where}; torch {torch.__version__}, triton {triton.__version__}"
+
+
+def bandwidth_spread(rows: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """The [lo, hi] TB/s of each timing, from its time spread: bytes / hi_us .. bytes / lo_us."""
+    return rows.tbps * rows.median_us / rows.hi_us, rows.tbps * rows.median_us / rows.lo_us
+
+
+def l2_resident_max_m(rows: pd.DataFrame, meta: dict) -> float | None:
+    """The largest M whose working set (the bytes one call moves, from the record's ``bytes``
+    column, per row) fits in the record's ``l2_bytes``; None when the record lacks either."""
+    if "l2_bytes" not in meta or rows.empty or "bytes" not in rows:
+        return None
+    per_row = float((rows.bytes / rows.M).max())
+    return meta["l2_bytes"] / per_row
+
+
+def issue_floor_us(
+    instr_per_element: float, elements: int, sm_count: int, clock_mhz: float, warp_issue_per_clk: int = 4
+) -> float:
+    """The instruction-issue floor: ``instr_per_element x elements / (SMs x issue rate x clock)``,
+    the issue rate in thread-instructions a clock (``warp_issue_per_clk`` warp instructions of 32
+    threads: 4 schedulers an SM on Hopper). In us."""
+    return instr_per_element * elements / (sm_count * warp_issue_per_clk * 32 * clock_mhz)
+
+
+def nvfp4_kernel_record(ptx: dict | None) -> dict | None:
+    """The NVFP4 kernel's entry in a PTX record (``data/ptx_<gpu>.json``), if it holds one."""
+    for name, k in ((ptx or {}).get("kernels") or {}).items():
+        if "nvfp4" in name:
+            return k
+    return None
+
+
+def recorded_clock_mhz(meta: dict) -> float | None:
+    """The SM clock the record saw after its sweep (``gpu_state_after``), in MHz."""
+    v = (meta.get("gpu_state_after") or {}).get("sm_clock_mhz")
+    return float(v) if v not in (None, "", "?") else None
+
+
+def recorded_nvfp4_instr_per_element(data_dir: Path) -> tuple[float | None, str]:
+    """The fused NVFP4 kernel's SASS instructions per output element, and where that was read:
+    ``data/tuning_log.md`` records it (``SASS instructions per element: fused A -> B``: B, the
+    current kernel); the PTX record of the GPU run holds only the silu kernels."""
+    import re
+
+    log = Path(data_dir) / "tuning_log.md"
+    hits = (
+        re.findall(r"SASS instructions per element: fused [\d.]+ -> ([\d.]+)", log.read_text()) if log.exists() else []
+    )
+    return (float(hits[-1]), "data/tuning_log.md (sm_90 SASS, compiled offline)") if hits else (None, "")
+
+
+def draw_nvfp4_floors(
+    nv: pd.DataFrame,
+    meta: dict,
+    ptx: dict | None,
+    out_stem: Path,
+    instr_per_element: float | None = None,
+    instr_source: str = "",
+) -> list[Path]:
+    """The fused NVFP4 kernel's median time (bars: the recorded spread) against M per N, with its
+    byte floor (the record's ``fused_floor_us``: bytes / the same-pattern ceiling) and its
+    instruction-issue floor :func:`issue_floor_us` when an instruction count per element is known
+    (the PTX record's NVFP4 kernel, else ``instr_per_element`` with its source), at the record's
+    SM count and its clock after the sweep."""
+    f = nv[nv.impl == "fused"].sort_values(["N", "M"])
+    fig, ax = plt.subplots(figsize=(7.0, 3.8))
+    cmap = plt.get_cmap("viridis")
+    ns = sorted(f.N.unique())
+    rec = nvfp4_kernel_record(ptx)
+    if rec is not None and "instructions_per_element" in rec:
+        instr_per_element, instr_source = rec["instructions_per_element"], "the PTX record"
+    clock, sms = recorded_clock_mhz(meta), meta.get("sm_count")
+    issue = instr_per_element is not None and clock is not None and sms is not None
+    for i, n in enumerate(ns):
+        d = f[f.N == n]
+        c = cmap(i / max(1, len(ns) - 1))
+        ax.errorbar(
+            d.M, d.median_us, yerr=[d.median_us - d.lo_us, d.hi_us - d.median_us], marker="o", ms=3, lw=1,
+            capsize=2, color=c, label=f"fused, N={n}",
+        )  # fmt: skip
+        ax.plot(d.M, d.fused_floor_us, ls="--", lw=1, color=c, label=f"byte floor, N={n}")
+        if issue:
+            ax.plot(
+                d.M, issue_floor_us(instr_per_element, d.M * d.N, sms, clock), ls=":", lw=1.2, color=c,
+                label=f"issue floor, N={n}",
+            )  # fmt: skip
+        last = d.iloc[-1]
+        ax.annotate(
+            f"{100 * last.fused_floor_us / last.median_us:.0f}% of byte floor", (last.M, last.median_us),
+            textcoords="offset points", xytext=(-90, 8), fontsize=6.5, color=c,
+        )  # fmt: skip
+    if issue:
+        note = (
+            f"issue floor = {instr_per_element} instr/element x M x N / ({sms} SMs x 4 x 32 threads x {clock:.0f} MHz)"
+            f"\ncount: {instr_source}; clock: the record's after the sweep"
+        )
+    else:
+        note = "instruction-issue floor not drawn: no instruction count per element recorded for this kernel"
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_ylim(float(f.fused_floor_us.min()) / 2, float(f.median_us.max()) * 3)
+    ax.set_xlabel("M (rows, 8 experts)", fontsize=8)
+    ax.set_ylabel("us per call (log)", fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=6.5, ncol=2)
+    ax.set_title(
+        f"{meta.get('device', '?')}: fused SiLU-and-mul + NVFP4 against its byte and issue floors, warm L2\n{note}",
+        fontsize=8,
+    )
+    fig.text(0.01, 0.005, caption(meta, "warm"), fontsize=5, color="0.3")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    return _save(fig, out_stem)
+
+
+def ulp_port_vs_eager(M: int = 256, N: int = 1024, seed: int = 0) -> dict[str, np.ndarray]:
+    """bf16 ulp distance of the port to torch eager (the reference, fp32 math, one cast) on one
+    seeded input, both layouts, computed where this process runs (CPU: the interpreter)."""
+    import torch
+
+    import inkling_kernels as ik
+    from inkling_kernels.reference import join_gateup, silu_and_mul_ref, ulp_distance
+
+    gen = torch.Generator().manual_seed(seed)
+    gate = (torch.randn(M, N, generator=gen) * 4).to(torch.bfloat16)
+    up = (torch.randn(M, N, generator=gen) * 4).to(torch.bfloat16)
+    out = {}
+    for interleaved in (True, False):
+        x = join_gateup(gate, up, interleaved)
+        port = ik.silu_and_mul(x, interleaved=interleaved)
+        eager = silu_and_mul_ref(x, interleaved=interleaved)
+        out["interleaved" if interleaved else "non-interleaved"] = ulp_distance(port, eager).flatten().numpy()
+    return out
+
+
+def draw_ulp_histogram(ulps: dict[str, np.ndarray], out_stem: Path, where: str | None = None) -> list[Path]:
+    """How many outputs sit 0, 1, 2, ... bf16 ulps from torch eager, per layout (log counts)."""
+    fig, ax = plt.subplots(figsize=(6.0, 3.2))
+    top = int(max(int(v.max()) for v in ulps.values()))
+    bins = np.arange(top + 2)
+    w = 0.8 / len(ulps)
+    for i, (name, v) in enumerate(ulps.items()):
+        counts = np.bincount(v.astype(np.int64), minlength=top + 1)
+        ax.bar(bins[:-1] + (i - (len(ulps) - 1) / 2) * w, counts, width=w, label=f"{name} ({len(v)} outputs)")
+        for b, c in enumerate(counts):
+            ax.text(b + (i - (len(ulps) - 1) / 2) * w, c * 1.1, f"{c}", ha="center", fontsize=6.5)
+    ax.set_yscale("log")
+    ax.set_xticks(bins[:-1])
+    ax.set_xlabel("distance to torch eager (bf16 ulps)", fontsize=8)
+    ax.set_ylabel("outputs (count, log)", fontsize=8)
+    ax.legend(fontsize=7)
+    ax.set_title(f"{where or local_versions_text()}\nsilu_and_mul: the port against torch eager", fontsize=8)
+    fig.tight_layout()
+    return _save(fig, out_stem)
+
+
+def nvfp4_error_in_steps(M: int = 128, N: int = 512, seed: int = 5) -> dict[str, np.ndarray]:
+    """Quantize a seeded bf16 tensor with the package's NVFP4 kernel and return, per element, the
+    scaled value |x| / step and the error |x - dequant(q)| / step, where step = float(s8) / gs is
+    the block's step (one e2m1 unit); rounding to nearest bounds the error by half the e2m1 grid
+    spacing at the scaled value (0.25, 0.5, 1 below 2, 4, 6), saturation aside."""
+    import torch
+
+    import inkling_kernels as ik
+    from inkling_kernels.reference import NVFP4_BLOCK, e4m3_decode_ref, nvfp4_dequant_ref
+
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(M, N, generator=gen) * 2).to(torch.bfloat16)
+    gs = 448 * 6 / float(x.float().abs().max())
+    packed, scales = ik.nvfp4_quant(x, torch.tensor([gs]), swizzle=False)
+    deq = nvfp4_dequant_ref(packed, scales, gs)
+    step = (e4m3_decode_ref(scales) / gs).repeat_interleave(NVFP4_BLOCK, dim=1)
+    xf = x.float()
+    ok = step > 0
+    return {
+        "scaled": (xf.abs()[ok] / step[ok]).numpy(),
+        "error": ((xf - deq).abs()[ok] / step[ok]).numpy(),
+    }
+
+
+def draw_nvfp4_error(err: dict[str, np.ndarray], out_stem: Path, where: str | None = None) -> list[Path]:
+    """NVFP4 error in units of the block step against the scaled value, with the rounding bound
+    (half the e2m1 grid spacing)."""
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8.0, 3.2))
+    ax1.scatter(err["scaled"], err["error"], s=2, alpha=0.3)
+    edges = np.array([0, 2, 4, 6])
+    for lo, hi, bound in zip(edges[:-1], edges[1:], (0.25, 0.5, 1.0)):
+        ax1.hlines(bound, lo, hi, color="crimson", lw=1.2)
+    ax1.plot([], [], color="crimson", label="half the e2m1 spacing (rounding bound)")
+    ax1.set_xlabel("|x| / step (scaled value)", fontsize=8)
+    ax1.set_ylabel("|x - dequant| / step", fontsize=8)
+    ax1.legend(fontsize=6.5, loc="upper left")
+    ax2.hist(err["error"], bins=60, color="C0")
+    ax2.set_yscale("log")
+    ax2.set_xlabel("|x - dequant| / step (block steps)", fontsize=8)
+    ax2.set_ylabel("elements (count, log)", fontsize=8)
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7)
+    fig.suptitle(
+        f"{where or local_versions_text()}\nNVFP4 quantization error in units of the block step "
+        f"(step = e4m3 scale / global scale; {len(err['error'])} elements)",
+        fontsize=8,
+    )
+    fig.tight_layout()
+    return _save(fig, out_stem)
+
+
+def swizzle_map(rows: int = 128, cols: int = 4) -> np.ndarray:
+    """The byte offset of each scale (m, k) of one 128x4 tile, from the package's layout formula."""
+    from inkling_kernels.reference import swizzled_offset
+
+    return np.array([[swizzled_offset(m, k, cols) for k in range(cols)] for m in range(rows)])
+
+
+def draw_swizzle(out_stem: Path) -> list[Path]:
+    """The 128x4 scale swizzle: logical (row, scale column) coloured by byte offset, corners and
+    the row-group boundaries annotated; beside it, memory order as a 32x16 grid of rows."""
+    off = swizzle_map()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(7.5, 4.6), gridspec_kw={"width_ratios": [1, 2.2]})
+    im = ax1.imshow(off, aspect="auto", cmap="viridis", interpolation="nearest")
+    for m in (32, 64, 96):
+        ax1.axhline(m - 0.5, color="white", lw=0.8)
+    for (m, k), y in zip(((0, 0), (0, 3), (31, 3), (32, 0), (127, 3)), (0.98, 0.86, 0.74, 0.62, 0.02)):
+        ax1.annotate(
+            f"({m},{k}) -> byte {off[m, k]}", (k, m), xytext=(1.25, y), textcoords="axes fraction",
+            fontsize=6.5, va="center", arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "0.3"},
+        )  # fmt: skip
+    ax1.set_xticks(range(4))
+    ax1.set_xlabel("scale column k (one per 16 values)", fontsize=8)
+    ax1.set_ylabel("row m of the tile", fontsize=8)
+    fig.colorbar(im, ax=ax1, fraction=0.08, pad=0.02).ax.tick_params(labelsize=6)
+    # memory order: 32 lines of 16 bytes; byte b holds scale (m, k) with m = 32*((b%16)//4) + b//16
+    rows_of = np.zeros((32, 16), dtype=int)
+    for m in range(128):
+        for k in range(4):
+            b = off[m, k]
+            rows_of[b // 16, b % 16] = m
+    ax2.imshow(rows_of // 32, aspect="auto", cmap="tab10", vmin=0, vmax=9, interpolation="nearest")
+    for b in (0, 1, 4, 16, 511):
+        r, c = divmod(b, 16)
+        m = rows_of[r, c]
+        k = int(np.where(off[m] == b)[0][0])
+        ax2.text(c, r, f"{m},{k}", ha="center", va="center", fontsize=5.5, color="white")
+    ax2.set_xlabel("byte within a 16-byte line (4 groups of 4: rows m, m+32, m+64, m+96)", fontsize=7)
+    ax2.set_ylabel("16-byte line (row m mod 32)", fontsize=8)
+    for ax in (ax1, ax2):
+        ax.tick_params(labelsize=7)
+    fig.suptitle(
+        "NVFP4 128x4 scale swizzle, one tile (512 bytes; labels m,k; colour: m // 32); "
+        "offset = (m%32)*16 + (m//32)*4 + k",
+        fontsize=8,
+    )
+    fig.tight_layout()
+    return _save(fig, out_stem)

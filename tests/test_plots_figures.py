@@ -1,0 +1,106 @@
+"""Issue 11's figures, drawn on the CPU (Agg) from the recorded data: each names the GPU in its
+title, and the floors and ceilings it draws are the record's numbers."""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from inkling_workbook import plots
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    figs = []
+
+    def keep(fig, stem):
+        figs.append(fig)
+        return [stem.with_suffix(".png")]
+
+    monkeypatch.setattr(plots, "_save", keep)
+    return figs
+
+
+@pytest.fixture(scope="module")
+def record():
+    return plots.load_bench(DATA / "bench_h200.csv")
+
+
+def _titles(fig) -> str:
+    return " ".join([fig._suptitle.get_text() if fig._suptitle else ""] + [ax.get_title() for ax in fig.axes])
+
+
+def _hlines(ax) -> list[float]:
+    return [ln.get_ydata()[0] for ln in ax.get_lines() if len(set(np.asarray(ln.get_ydata(), float))) == 1]
+
+
+def test_decode_names_the_gpu_and_draws_the_empty_kernel_floor(record, captured, tmp_path):
+    df, meta = record
+    plots.draw_decode(df, meta, tmp_path / "d")
+    fig = captured[0]
+    assert meta["device"] in _titles(fig)
+    assert all(meta["empty_kernel_us"] in _hlines(ax) for ax in fig.axes)
+
+
+def test_bandwidth_ceilings_spread_and_l2_region(record, captured, tmp_path):
+    df, meta = record
+    plots.draw_bandwidth(df, meta, tmp_path / "b")
+    fig = captured[0]
+    assert meta["device"] in _titles(fig)
+    lines = _hlines(fig.axes[0])
+    for n in (768, 3072):
+        assert meta[f"ceiling_49152x{n}"]["tbps"] in lines
+    rows = df[(df.impl == "triton") & (df.N == 3072) & (df.op == "silu_and_mul")]
+    m_l2 = plots.l2_resident_max_m(rows, meta)
+    assert m_l2 == pytest.approx(meta["l2_bytes"] / (6 * 3072), rel=0.01)  # 6N bytes a row
+    right = [
+        p.get_x() + p.get_width() if hasattr(p, "get_width") else p.get_xy()[:, 0].max() for p in fig.axes[0].patches
+    ]
+    assert any(np.isclose(r, m_l2) for r in right), right
+    lo, hi = plots.bandwidth_spread(rows)
+    assert (lo <= rows.tbps + 1e-9).all() and (rows.tbps <= hi + 1e-9).all()
+
+
+def test_nvfp4_floors_are_the_records(record, captured, tmp_path):
+    _, meta = record
+    nv = pd.read_csv(DATA / "nvfp4_bench_h200.csv")
+    plots.draw_nvfp4_floors(nv, meta, None, tmp_path / "n")  # no instruction count: said, not invented
+    ax = captured[0].axes[0]
+    assert meta["device"] in ax.get_title() and "not drawn" in ax.get_title()
+    floors = {tuple(ln.get_ydata()) for ln in ax.get_lines() if ln.get_linestyle() == "--"}
+    fused = nv[nv.impl == "fused"].sort_values(["N", "M"])
+    assert {tuple(fused[fused.N == n].fused_floor_us) for n in fused.N.unique()} == floors
+    ipe, src = plots.recorded_nvfp4_instr_per_element(DATA)
+    assert ipe is not None and "tuning_log" in src
+    plots.draw_nvfp4_floors(nv, meta, None, tmp_path / "n2", ipe, src)
+    ax = captured[1].axes[0]
+    issue = [ln.get_ydata() for ln in ax.get_lines() if ln.get_linestyle() == ":"]
+    big = fused[(fused.M == 49152) & (fused.N == 3072)].iloc[0]
+    want = ipe * 49152 * 3072 / (meta["sm_count"] * 128 * plots.recorded_clock_mhz(meta))
+    assert any(np.isclose(np.max(y), want) for y in issue) and want < big.median_us
+
+
+def test_issue_floor_model():
+    # 1 instruction an element, 132 SMs x 4 warps x 32 threads a clock at 1000 MHz (clocks a us)
+    assert plots.issue_floor_us(1.0, 132 * 128 * 1000, 132, 1000.0) == pytest.approx(1.0)
+    assert plots.nvfp4_kernel_record({"kernels": {"silu_and_mul_interleaved_kernel": {}}}) is None
+
+
+def test_swizzle_corners():
+    off = plots.swizzle_map()
+    assert off[0, 0] == 0 and off[0, 3] == 3 and off[32, 0] == 4 and off[1, 0] == 16 and off[127, 3] == 511
+    assert sorted(off.flatten().tolist()) == list(range(512))
+
+
+def test_live_figures_small(captured, tmp_path):
+    ulps = plots.ulp_port_vs_eager(M=8, N=64)
+    assert set(ulps) == {"interleaved", "non-interleaved"} and max(int(v.max()) for v in ulps.values()) <= 1
+    plots.draw_ulp_histogram(ulps, tmp_path / "u", where="test")
+    err = plots.nvfp4_error_in_steps(M=4, N=64)
+    bound = np.where(err["scaled"] < 2, 0.25, np.where(err["scaled"] < 4, 0.5, 1.0))
+    assert (err["error"][err["scaled"] <= 6] <= bound[err["scaled"] <= 6] + 1e-6).all()
+    plots.draw_nvfp4_error(err, tmp_path / "e", where="test")
+    assert len(captured) == 2
