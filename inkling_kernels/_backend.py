@@ -215,7 +215,19 @@ def launch(kernel, grid, device: torch.device, *args, **kwargs):
 
 # ---- CUDA: PDL default and the thin launch path -----------------------------------------------
 
-_PDL_CAPABLE: dict[int, bool] = {}
+_CAPABILITY: dict[int, tuple[int, int]] = {}
+
+
+def capability(index: int) -> tuple[int, int]:
+    """The compute capability of CUDA device ``index``, read once and cached."""
+    cap = _CAPABILITY.get(index)
+    if cap is None:
+        cap = _CAPABILITY[index] = torch.cuda.get_device_capability(index)
+    return cap
+
+
+def cuda_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def pdl_default(device: torch.device) -> bool:
@@ -224,19 +236,12 @@ def pdl_default(device: torch.device) -> bool:
     interpreted). The capability is read once per device and cached."""
     if uses_interpreter(device):
         return False
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    capable = _PDL_CAPABLE.get(index)
-    if capable is None:
-        capable = _PDL_CAPABLE[index] = torch.cuda.get_device_capability(index) >= (9, 0)
-    return capable
+    return capability(cuda_index(device)) >= (9, 0)
 
 
 def pdl_default_index(index: int) -> bool:
     """:func:`pdl_default` for a CUDA device index (compiled launches only)."""
-    capable = _PDL_CAPABLE.get(index)
-    if capable is None:
-        capable = _PDL_CAPABLE[index] = torch.cuda.get_device_capability(index) >= (9, 0)
-    return capable
+    return capability(index) >= (9, 0)
 
 
 def interpret_env() -> bool:

@@ -256,15 +256,9 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
     return max(1, 2048 // (block_g * group)), block_g, 4
 
 
-_HW_E4M3: dict[int, bool] = {}
-
-
 def _hw_e4m3(device: torch.device) -> bool:
     """Whether compiled launches on ``device`` use the hardware e4m3 conversion (sm_89+)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _HW_E4M3:
-        _HW_E4M3[index] = torch.cuda.get_device_capability(index) >= (8, 9)
-    return _HW_E4M3[index]
+    return _backend.capability(_backend.cuda_index(device)) >= (8, 9)
 
 
 def e4m3_paths_mismatches(start: int = 0, count: int = 2**32, device="cuda", _perturb: bool = False) -> int:

@@ -207,6 +207,17 @@ def time_interleaved(timers: dict[str, GraphTimer], passes: int, rounds: int = R
     return {k: Timing.from_passes(v, timers[k].reps) for k, v in samples.items()}
 
 
+def time_calls(calls: dict[str, Callable[[], object]], passes: int, rounds: int = ROUNDS) -> dict[str, Timing]:
+    """One graph per named call (:class:`GraphTimer`), timed in interleaved passes
+    (:func:`time_interleaved`), the graphs released afterwards."""
+    timers = {name: GraphTimer([fn]) for name, fn in calls.items()}
+    try:
+        return time_interleaved(timers, passes, rounds)
+    finally:
+        for timer in timers.values():
+            timer.close()
+
+
 def n_buffer_sets(bytes_per_call: int, cold: bool) -> int:
     """1 for warm L2; for cold L2 enough sets to move ``COLD_FACTOR`` L2s between two uses of
     one set (at least 2, so no call follows its own buffers)."""
@@ -687,10 +698,7 @@ def bench_nvfp4(ceiling_tbps: float, quick: bool = False, progress: bool = True)
         if M <= NVFP4_EAGER_MAX_M:  # 45-90 ms a call at M = 49152: a strawman not worth the GPU time
             impls["torch_eager"] = (lambda: _nvfp4_fused_ref(gateup, row_gs), True)
         fused_bytes = nvfp4_bytes(M, N, True, rows_pad)
-        timers = {name: GraphTimer([fn]) for name, (fn, _) in impls.items()}
-        timings = time_interleaved(timers, OTHER_PASSES)
-        for timer in timers.values():
-            timer.close()
+        timings = time_calls({name: fn for name, (fn, _) in impls.items()}, OTHER_PASSES)
         for name, (_fn, is_fused) in impls.items():
             nbytes = nvfp4_bytes(M, N, is_fused, rows_pad)
             t = timings[name]
@@ -734,10 +742,7 @@ def bench_fp8(ceilings: dict, quick: bool = False, progress: bool = True) -> lis
     rows = []
     for case in tqdm(cases, desc="fp8 cases", disable=not progress):
         impls = fp8_bench.fp8_impls(case)
-        timers = {name: GraphTimer([fn]) for name, (fn, _) in impls.items()}
-        timings = time_interleaved(timers, OTHER_PASSES)
-        for timer in timers.values():
-            timer.close()
+        timings = time_calls({name: fn for name, (fn, _) in impls.items()}, OTHER_PASSES)
         for name, (_fn, nbytes) in impls.items():
             t = timings[name]
             ceiling = ceilings.get(case["N"])

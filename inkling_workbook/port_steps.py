@@ -294,14 +294,10 @@ def time_steps(shapes=SHAPES, names: list[str] | None = None, passes: int | None
     rows = []
     for M, N in shapes:
         x = torch.randn((M, 2 * N), device="cuda", dtype=torch.bfloat16)
-        timers = {k: bench.GraphTimer([lambda fn=impls[k], x=x: fn(x, None)]) for k in names}
         n_passes = passes or (bench.DECODE_PASSES if M <= bench.DECODE_MAX_M else bench.OTHER_PASSES)
-        timings = bench.time_interleaved(timers, n_passes)
+        timings = bench.time_calls({k: lambda fn=impls[k], x=x: fn(x, None) for k in names}, n_passes)
         clock = provenance.gpu_state().get("sm_clock_mhz")
         rows += [row(k, M, N, timings[k], clock) for k in names]
-        for t in timers.values():
-            t.close()
-        del timers
     return rows
 
 

@@ -40,10 +40,7 @@ PASSES = 3
 
 
 def _timings(calls: dict, nbytes: int | None = None) -> dict:
-    timers = {k: bench.GraphTimer([fn]) for k, fn in calls.items()}
-    res = bench.time_interleaved(timers, PASSES)
-    for t in timers.values():
-        t.close()
+    res = bench.time_calls(calls, PASSES)
     out = {}
     for k, t in res.items():
         row = {
