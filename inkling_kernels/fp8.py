@@ -39,6 +39,7 @@ import triton.language as tl
 
 from . import _backend
 from ._validate import FLOAT_DTYPES, check_same_device, check_tensor
+from .reference import FP8_EPS
 from .silu_and_mul import INT32_LIMIT, _silu_mul
 
 ACT_NONE, ACT_INTERLEAVED, ACT_NON_INTERLEAVED = 0, 1, 2
@@ -71,29 +72,48 @@ def _e4m3_signed(t):
 
 
 @triton.jit
-def _e4m3_hw(t):
-    """fp32 -> e4m3fn byte (int32 0..255) with the hardware conversion (sm_89+):
+def _e4m3_hw(t, NAN_FIX: tl.constexpr = True):
+    """fp32 -> e4m3fn byte (uint8) with the hardware conversion (sm_89+):
     ``cvt.rn.satfinite.e4m3x2.f32`` rounds to nearest even and saturates +-Inf and everything
-    beyond +-448 to +-448, as ``_e4m3_signed`` does; NaN is mapped to 0x7F explicitly (the one
-    case the formula pins and the instruction need not). Two elements per instruction."""
-    pair = tl.inline_asm_elementwise(
+    beyond +-448 to +-448, as ``_e4m3_signed`` does. Four elements an instruction pair, packed
+    straight into one 32-bit register (the four bytes a thread stores together). ``NAN_FIX`` maps
+    every NaN to 0x7F explicitly (the one case the formula pins and the instruction need not)."""
+    if NAN_FIX:
+        t = tl.where(t != t, float("nan"), t)
+    return tl.inline_asm_elementwise(
         """
         {
-        .reg .b16 pair;
-        .reg .b32 wide;
-        cvt.rn.satfinite.e4m3x2.f32 pair, $3, $2;
-        cvt.u32.u16 wide, pair;
-        and.b32 $0, wide, 255;
-        shr.b32 $1, wide, 8;
+        .reg .b16 lo, hi;
+        cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1;
+        cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3;
+        mov.b32 $0, {lo, hi};
         }
         """,
-        "=r,=r,f,f",
+        "=r,f,f,f,f",
         [t],
-        dtype=tl.int32,
+        dtype=tl.uint8,
         is_pure=True,
-        pack=2,
+        pack=4,
     )
-    return tl.where(t != t, 0x7F, pair)
+
+
+@triton.jit
+def _div_by_scale(y, s, r, STEPS: tl.constexpr):
+    """``y / s`` for a group scale ``s`` and its IEEE reciprocal ``r = div_rn(1, s)``, without a
+    division an element: the product ``q0 = y * r`` corrected ``STEPS`` times by the exact fma
+    residual (``rem = y - q * s``, then ``q + rem * r``; Markstein's correction). ``STEPS == 0``
+    is the IEEE division itself (``div_rn``). Where the residual is 0 (the product was exact, -0
+    included) or NaN (``y`` is +-Inf or NaN) the product is kept: it is then the IEEE quotient's
+    value. For 16-bit activations (bf16, fp16) the result equals ``div_rn(y, s)`` on every pair
+    the kernel can meet (|y| <= amax, amax from that dtype), checked exhaustively on the GPU by
+    ``division_mismatches``; fp32 activations keep ``STEPS == 0``."""
+    if STEPS == 0:
+        return tl.math.div_rn(y, s + tl.zeros_like(y))
+    q = y * r
+    for _ in tl.static_range(STEPS):
+        rem = tl.fma(-q, s, y)
+        q = tl.where(tl.abs(rem) > 0, tl.fma(rem, r, q), q)
+    return q
 
 
 @triton.jit
@@ -106,7 +126,9 @@ def e4m3_signed_encode_kernel(t_ptr, byte_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _e4m3_paths_kernel(start, count_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr, PERTURB: tl.constexpr):
+def _e4m3_paths_kernel(
+    start, count_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr, PERTURB: tl.constexpr, NAN_FIX: tl.constexpr
+):
     """Counts the fp32 bit patterns ``start + [0, BLOCK * ITERS * programs)`` (as uint32, wrapping
     past 2**32) on which ``_e4m3_hw`` and ``_e4m3_signed`` disagree. No memory is read: the
     inputs are the indices themselves. ``PERTURB`` flips the hardware byte of 1.0 (0x3F800000),
@@ -116,11 +138,44 @@ def _e4m3_paths_kernel(start, count_ptr, BLOCK: tl.constexpr, ITERS: tl.constexp
     for i in range(ITERS):
         bits = ((base + i * BLOCK + tl.arange(0, BLOCK)) & 0xFFFFFFFF).to(tl.uint32)
         t = bits.to(tl.int32, bitcast=True).to(tl.float32, bitcast=True)
-        hw = _e4m3_hw(t)
+        hw = _e4m3_hw(t, NAN_FIX).to(tl.int32)
         if PERTURB:
             hw = tl.where(bits == 0x3F800000, hw ^ 1, hw)
         bad += (hw != _e4m3_signed(t)).to(tl.int32)
     tl.atomic_add(count_ptr, tl.sum(bad, axis=0))
+
+
+@triton.jit
+def _division_paths_kernel(
+    y_ptr, amax_ptr, count_ptr, n_y, STEPS: tl.constexpr, BLOCK: tl.constexpr, PERTURB: tl.constexpr
+):
+    """For one group maximum ``amax`` a program (``amax_ptr[program]``, already floored at eps)
+    and every activation value ``y`` of the table ``y_ptr[0:n_y]`` that a group with that maximum
+    can hold (``|y| <= amax``, any NaN, and +-Inf when amax is the largest finite float), counts
+    the pairs where ``_div_by_scale(STEPS)`` and the IEEE division ``div_rn`` give different
+    e4m3 bytes (``count_ptr[0]``) and, NaN aside, different fp32 quotients (``count_ptr[1]``).
+    ``PERTURB`` corrupts the quotient of 1.0 / (1.0 / 448) so a test can see the counter count."""
+    amax = tl.load(amax_ptr + tl.program_id(0))
+    s = tl.math.div_rn(amax, 448.0)
+    r = tl.math.div_rn(1.0, s)
+    bad_byte = tl.zeros((BLOCK,), tl.int32)
+    bad_bits = tl.zeros((BLOCK,), tl.int32)
+    for start in range(0, n_y, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        y = tl.load(y_ptr + offs, mask=offs < n_y, other=0.0)
+        mag = tl.abs(y)
+        meets = (mag <= amax) | (y != y) | ((mag == float("inf")) & (amax == 3.4028234663852886e38))
+        meets = meets & (offs < n_y)
+        sb = tl.full((BLOCK,), 0.0, tl.float32) + s
+        ref = tl.math.div_rn(y, sb)
+        fast = _div_by_scale(y, sb, tl.full((BLOCK,), 0.0, tl.float32) + r, STEPS)
+        if PERTURB:
+            fast = tl.where((y == 1.0) & (amax == 1.0), fast * 2.0, fast)
+        bad_byte += (meets & (_e4m3_signed(fast) != _e4m3_signed(ref))).to(tl.int32)
+        same = fast.to(tl.int32, bitcast=True) == ref.to(tl.int32, bitcast=True)
+        bad_bits += (meets & (y == y) & ~same).to(tl.int32)
+    tl.atomic_add(count_ptr, tl.sum(bad_byte, axis=0))
+    tl.atomic_add(count_ptr + 1, tl.sum(bad_bits, axis=0))
 
 
 @triton.jit(do_not_specialize=["T", "T_PAD"])
@@ -151,7 +206,9 @@ def _fp8_group_kernel(
     BLOCK_G: tl.constexpr,  # groups a program
     INT64: tl.constexpr,
     USE_PDL: tl.constexpr,
-    HW_E4M3: tl.constexpr,  # the hardware e4m3 conversion (compiled, sm_89+); else integer ops
+    HW: tl.constexpr,  # compiled on sm_89+: hardware e4m3 conversion and fp32 max; else integer ops
+    DIV_STEPS: tl.constexpr,  # y / s: 0 IEEE division an element; >0 reciprocal + corrections
+    NAN_FIX: tl.constexpr,  # HW only: map NaN to 0x7F before the conversion
 ):
     G: tl.constexpr = N // GROUP
     G_TILES: tl.constexpr = (G + BLOCK_G - 1) // BLOCK_G
@@ -199,12 +256,18 @@ def _fp8_group_kernel(
             a = a * w.to(tl.float32)[:, None, None]
         y = a.to(x_ptr.dtype.element_ty).to(tl.float32)
 
-    # 2. One scale per group. |y| as integers: for non-negative floats the integer order is the
-    # float order; NaN (above 0x7F800000) is dropped, +-Inf caps at the largest finite float.
-    mag = y.to(tl.int32, bitcast=True) & 0x7FFFFFFF
-    mag = tl.where(mag > 0x7F800000, 0, mag)
-    amax_bits = tl.minimum(tl.max(mag, axis=2), 0x7F7FFFFF)
-    amax = tl.maximum(amax_bits.to(tl.float32, bitcast=True), 1e-10)
+    # 2. One scale per group, the maximum of |y| over the non-NaN elements, +-Inf capped at the
+    # largest finite float. Compiled: the fp32 max (max.f32 returns the non-NaN operand; a group
+    # of NaN only gives NaN, set to 0 per group). Interpreted (numpy's maximum propagates NaN):
+    # on the bits, where for non-negative floats the integer order is the float order.
+    if HW:
+        amax = tl.max(tl.abs(y), axis=2)
+        amax = tl.minimum(tl.where(amax == amax, amax, 0.0), 3.4028234663852886e38)
+    else:
+        mag = y.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+        mag = tl.where(mag > 0x7F800000, 0, mag)
+        amax = tl.minimum(tl.max(mag, axis=2), 0x7F7FFFFF).to(tl.float32, bitcast=True)
+    amax = tl.maximum(amax, 1e-10)
     s = tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32))
     if UE8M0:
         # 2 ** ceil(log2(s)) exactly, on the bits: s is a positive normal float (>= 1e-10 / 448)
@@ -212,17 +275,20 @@ def _fp8_group_kernel(
         s = (((sb >> 23) + ((sb & 0x7FFFFF) != 0).to(tl.int32)) << 23).to(tl.float32, bitcast=True)
         # dividing by a power of two is exact scaling, so the product with its exact reciprocal
         # (a power of two within range) equals the IEEE quotient bit for bit
-        t = y * tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)[:, :, None]
+        t = y * tl.broadcast_to(tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)[:, :, None], y.shape)
     else:
-        t = tl.math.div_rn(y, s[:, :, None] + tl.zeros_like(y))
+        r = tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)
+        t = _div_by_scale(
+            y, tl.broadcast_to(s[:, :, None], y.shape), tl.broadcast_to(r[:, :, None], y.shape), DIV_STEPS
+        )
 
     # 3. e4m3 bytes and the scales.
-    if HW_E4M3:
-        q = _e4m3_hw(t)
+    if HW:
+        q = _e4m3_hw(t, NAN_FIX)
     else:
-        q = _e4m3_signed(t)
+        q = _e4m3_signed(t).to(tl.uint8)
     q_off = e * stride_qe + rows[:, None, None] * stride_qm + cols
-    tl.store(q_ptr + q_off, q.to(tl.uint8), mask=mask)
+    tl.store(q_ptr + q_off, q, mask=mask)
     s = tl.where(valid[:, None], s, 0.0)
     s_off = e * stride_se + rows[:, None] * stride_sm + g[None, :] * stride_sg
     tl.store(s_ptr + s_off, s, mask=(valid | pad)[:, None] & g_ok[None, :])
@@ -261,23 +327,70 @@ def _hw_e4m3(device: torch.device) -> bool:
     return _backend.capability(_backend.cuda_index(device)) >= (8, 9)
 
 
-def e4m3_paths_mismatches(start: int = 0, count: int = 2**32, device="cuda", _perturb: bool = False) -> int:
-    """How many fp32 bit patterns in ``[start, start + count)`` the hardware conversion and the
-    integer rounding map to different e4m3 bytes (0 is the claim; the default covers all 2**32).
-    Needs an sm_89+ GPU. ``_perturb`` (tests only) corrupts the hardware byte of 1.0."""
+# Compiled, 16-bit activations: y / s as the reciprocal product with this many fma corrections
+# (``_div_by_scale``); proved equal to the IEEE division by ``division_mismatches``.
+DIV_STEPS_16BIT = 1
+# Compiled: map NaN to 0x7F before the hardware conversion.
+E4M3_NAN_FIX = True
+
+
+def _kernel_flags(device: torch.device, dtype: torch.dtype, interpreted: bool) -> dict:
+    """The constexpr switches of ``_fp8_group_kernel`` for one launch (none changes a bit)."""
+    hw = not interpreted and _hw_e4m3(device)
+    steps = DIV_STEPS_16BIT if hw and dtype in (torch.bfloat16, torch.float16) else 0
+    return {"HW": hw, "DIV_STEPS": steps, "NAN_FIX": E4M3_NAN_FIX}
+
+
+def _check_sm89(device) -> torch.device:
     device = torch.device(device)
     if device.type != "cuda" or not _hw_e4m3(device):
         raise ValueError(f"device must be a CUDA GPU of compute capability >= 8.9, got {device}")
+    return device
+
+
+def e4m3_paths_mismatches(
+    start: int = 0, count: int = 2**32, device="cuda", _perturb: bool = False, nan_fix: bool | None = None
+) -> int:
+    """How many fp32 bit patterns in ``[start, start + count)`` the hardware conversion and the
+    integer rounding map to different e4m3 bytes (0 is the claim; the default covers all 2**32).
+    Needs an sm_89+ GPU. ``_perturb`` (tests only) corrupts the hardware byte of 1.0;
+    ``nan_fix`` (default: what the kernels use) maps NaN to 0x7F before the conversion."""
+    device = _check_sm89(device)
     block, iters = 1024, 64
     per_program = block * iters
     if start % per_program or count % per_program:
         raise ValueError(f"start and count must be multiples of {per_program}")
+    nan_fix = E4M3_NAN_FIX if nan_fix is None else nan_fix
     total = torch.zeros(1, dtype=torch.int32, device=device)
     chunk = 2**30
     for lo in range(start, start + count, chunk):
         n = min(chunk, start + count - lo)
-        _e4m3_paths_kernel[(n // per_program,)](lo, total, BLOCK=block, ITERS=iters, PERTURB=_perturb)
+        _e4m3_paths_kernel[(n // per_program,)](lo, total, BLOCK=block, ITERS=iters, PERTURB=_perturb, NAN_FIX=nan_fix)
     return int(total.item())
+
+
+def division_mismatches(
+    dtype: torch.dtype = torch.bfloat16, steps: int | None = None, device="cuda", _perturb: bool = False
+) -> tuple[int, int]:
+    """Exhaustive check of ``_div_by_scale`` against the IEEE division for a 16-bit activation
+    dtype: every group maximum the kernel can meet (each positive finite value of ``dtype`` from
+    eps up, eps itself, and the largest finite fp32 that +-Inf caps to) against every one of the
+    65536 values of ``dtype`` such a group can hold. Returns (pairs whose e4m3 bytes differ, pairs
+    whose fp32 quotients differ, NaN aside); (0, 0) is the claim. Needs an sm_89+ GPU."""
+    device = _check_sm89(device)
+    if dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype}")
+    steps = DIV_STEPS_16BIT if steps is None else steps
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    ys = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype).float()
+    pos = ys[(ys > 0) & torch.isfinite(ys)]
+    amaxes = torch.cat([pos[pos >= FP8_EPS], torch.tensor([FP8_EPS, torch.finfo(torch.float32).max])])
+    ys, amaxes = ys.to(device), amaxes.to(device)
+    count = torch.zeros(2, dtype=torch.int32, device=device)
+    _division_paths_kernel[(amaxes.numel(),)](ys, amaxes, count, ys.numel(), STEPS=steps, BLOCK=1024, PERTURB=_perturb)
+    byte, bits = count.tolist()
+    return byte, bits
 
 
 def _pdl_default(device: torch.device, enable_pdl):
@@ -462,7 +575,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         BLOCK_G=block_g,
         INT64=int64,
         USE_PDL=enable_pdl,
-        HW_E4M3=not interpreted and _hw_e4m3(device),
+        **_kernel_flags(device, src.dtype, interpreted),
         num_warps=warps,
         **kwargs,
     )

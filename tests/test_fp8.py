@@ -671,6 +671,29 @@ def test_gpu_hardware_e4m3_equals_integer_rounding_on_all_fp32():
 
 
 @gpu_only
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpu_reciprocal_division_equals_ieee_division_exhaustively(dtype):
+    """Compiled, the 16-bit paths divide by the group scale with its reciprocal and one fma
+    correction (``_div_by_scale``); the interpreter and fp32 inputs with ``div_rn``. Every group
+    maximum of the dtype against every value such a group can hold: the same e4m3 byte and the
+    same fp32 quotient, zero disagreements."""
+    from inkling_kernels.fp8 import division_mismatches
+
+    assert division_mismatches(dtype) == (0, 0)
+    # the counter counts: with the quotient of 1.0 by the scale of amax = 1.0 corrupted, one each
+    assert division_mismatches(dtype, _perturb=True) == (1, 1)
+
+
+def test_exhaustive_path_checks_refuse_a_cpu_device():
+    from inkling_kernels.fp8 import division_mismatches, e4m3_paths_mismatches
+
+    with pytest.raises(ValueError, match="device"):
+        division_mismatches(device="cpu")
+    with pytest.raises(ValueError, match="device"):
+        e4m3_paths_mismatches(device="cpu")
+
+
+@gpu_only
 def test_gpu_large_fused_equals_unfused(gen):
     """The prefill tile path (BLOCK_M > 1) at a size the CPU tests never reach."""
     for N, il in ((3072, True), (1536, False)):

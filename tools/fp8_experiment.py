@@ -62,14 +62,20 @@ def e4m3() -> dict:
 
 
 class _Variant:
-    """Run the fused kernel with the hardware conversion on or off and a given tile."""
+    """Run the fused kernel with given constexpr switches (``_kernel_flags``; ``hw=False``: the
+    integer paths and the IEEE division an element, as the interpreter runs them) and tile."""
 
-    def __init__(self, hw: bool, tile: tuple[int, int] | None):
-        self.hw, self.tile = hw, tile
+    def __init__(self, hw, tile: tuple[int, int] | None):
+        self.flags = hw if isinstance(hw, dict) else None if hw else {"HW": False, "DIV_STEPS": 0, "NAN_FIX": True}
+        self.tile = tile
 
     def __enter__(self):
-        self._hw, self._cfg = fp8_mod._hw_e4m3, fp8_mod._launch_config
-        fp8_mod._hw_e4m3 = lambda device: self.hw
+        self._flags, self._cfg = fp8_mod._kernel_flags, fp8_mod._launch_config
+        if self.flags is not None:
+            flags = self.flags
+            fp8_mod._kernel_flags = lambda device, dtype, interpreted: dict(
+                flags, DIV_STEPS=flags["DIV_STEPS"] if dtype != torch.float32 else 0
+            )
         if self.tile is not None:
             elems, warps = self.tile
 
@@ -83,7 +89,7 @@ class _Variant:
         return self
 
     def __exit__(self, *exc):
-        fp8_mod._hw_e4m3, fp8_mod._launch_config = self._hw, self._cfg
+        fp8_mod._kernel_flags, fp8_mod._launch_config = self._flags, self._cfg
 
 
 def _fused_call(case, hw, tile):
@@ -169,6 +175,108 @@ def masked() -> list[dict]:
     return rows
 
 
+# Experiment D (2026-11-30): the instruction count of the fused kernel. Variants: the IEEE division
+# an element (div_rn; the published kernel's, here with the fp32 amax and four-byte packing) vs the
+# reciprocal with one or two fma corrections, with and without the NaN -> 0x7F select before the
+# conversion.
+D_VARIANTS = {
+    "div_rn": {"HW": True, "DIV_STEPS": 0, "NAN_FIX": True},
+    "rcp1_nanfix": {"HW": True, "DIV_STEPS": 1, "NAN_FIX": True},
+    "rcp1": {"HW": True, "DIV_STEPS": 1, "NAN_FIX": False},
+    "rcp2": {"HW": True, "DIV_STEPS": 2, "NAN_FIX": False},
+}
+
+
+def division() -> dict:
+    """The proofs the variants need: e4m3 bytes of the hardware conversion with and without the NaN
+    select (all 2**32 fp32 inputs), and the reciprocal division against div_rn (every reachable
+    pair of a 16-bit dtype), each with its planted-error check."""
+    out = {}
+    for fix in (True, False):
+        t0 = time.perf_counter()
+        out[f"e4m3_nan_fix_{fix}"] = {
+            "mismatches": fp8_mod.e4m3_paths_mismatches(nan_fix=fix),
+            "planted": fp8_mod.e4m3_paths_mismatches(0x3F800000 - 2**16, 2**17, _perturb=True, nan_fix=fix),
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
+    for dtype in (torch.bfloat16, torch.float16):
+        for steps in (1, 2):
+            t0 = time.perf_counter()
+            byte, bits = fp8_mod.division_mismatches(dtype, steps)
+            planted = fp8_mod.division_mismatches(dtype, steps, _perturb=True)
+            out[f"div_{str(dtype).split('.')[-1]}_steps{steps}"] = {
+                "byte_mismatches": byte,
+                "bit_mismatches": bits,
+                "planted": planted,
+                "seconds": round(time.perf_counter() - t0, 2),
+            }
+    return out
+
+
+def fp8d() -> dict:
+    rows = []
+    cases = {c["name"]: c for c in fp8_bench.fp8_cases()}
+    names = [f"M49152_N{n}_{lay}" for n in (1536, 3072) for lay in ("il", "nil")]
+    names += ["M49152_N3072_il_colmajor_ue8m0", "M49152_N1536_nil_colmajor_ue8m0"]
+    names += ["M16_N1536_il", "M16_N3072_nil"] + [n for n in cases if n.startswith("masked")]
+    for name in tqdm(names, desc="fp8 variants"):
+        case = cases[name]
+        calls, ref = {}, None
+        for v, flags in D_VARIANTS.items():
+            call, nbytes, impls = _fused_call(case, flags, None)
+            got = tuple(t.clone() for t in call())
+            if ref is None:
+                ref = got
+            assert bits_equal(got[0], ref[0]) and bits_equal(got[1], ref[1]), (name, v)
+            calls[v] = call
+        calls["unfused"] = impls["unfused"][0]
+        if case["M"] <= 16:
+            g = torch.randn((case["M"], 2 * case["N"]), device="cuda").bfloat16()
+            o = torch.empty((case["M"], case["N"]), device="cuda", dtype=torch.bfloat16)
+            calls["silu_and_mul"] = lambda g=g, o=o, il=case["interleaved"]: silu_and_mul(g, interleaved=il, out=o)
+        rows.append({"case": name, "bytes": fp8_bench.fp8_bytes(case), **_timings(calls, fp8_bench.fp8_bytes(case))})
+    return {
+        "rows": rows,
+        "ceilings": {n: bench.stream_ceiling(49152 * n, out_dtype=torch.uint8) for n in (1536, 3072)},
+    }
+
+
+def ragged() -> list[dict]:
+    """The mid-size and prefill fallback of ``launch_config`` when no power of two up to 1024
+    divides N (N = 2880): today 256 columns with a column mask; wider masked tiles launch fewer
+    programs. Every tile's output is compared with the heuristic's before it is timed; compile
+    static is timed in the same passes. PDL off and on."""
+    from inkling_workbook.bench import compiled_ref
+
+    static = compiled_ref("static")
+    tiles = {
+        333: [(1, 256, 4), (1, 512, 4), (1, 1024, 4), (1, 1024, 8)],
+        4097: [(8, 256, 8), (4, 512, 8), (2, 1024, 8), (1, 1024, 4)],
+    }
+    rows = []
+    for M, N, il, weighted in tqdm(
+        [(333, 2880, False, False), (333, 2880, True, False), (4097, 2880, True, True)], desc="ragged"
+    ):
+        x = torch.randn((M, 2 * N), device="cuda").bfloat16()
+        w = torch.rand(M, device="cuda") if weighted else None
+        want = silu_and_mul(x, w, interleaved=il)
+        for pdl in (False, True):
+            calls = {}
+            for bm, bn, warps in tiles[M]:
+                cfg = LaunchConfig(bm, bn, warps)
+                o = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+                silu_and_mul(x, w, interleaved=il, out=o, config=cfg, enable_pdl=pdl)
+                assert bits_equal(o, want), (M, N, il, cfg)
+                calls[f"{bm}x{bn}/{warps}w"] = lambda x=x, w=w, o=o, cfg=cfg, il=il, pdl=pdl: silu_and_mul(
+                    x, w, interleaved=il, out=o, config=cfg, enable_pdl=pdl
+                )
+            calls["compile_static"] = lambda x=x, w=w, il=il: static(x, w, il)
+            rows.append(
+                {"M": M, "N": N, "layout": "il" if il else "nil", "weighted": weighted, "pdl": pdl, **_timings(calls)}
+            )
+    return rows
+
+
 DECODE_TILES = [(1, 256, 4), (1, 128, 4), (1, 512, 4), (1, 1024, 4), (1, 512, 2), (1, 256, 2), (1, 1024, 8)]
 
 
@@ -208,7 +316,14 @@ def main(argv: list[str]) -> int:
                 "pdl_on": measure_host_overhead(enable_pdl=True),
             }
         else:
-            doc[step] = {"e4m3": e4m3, "fp8": fp8, "decode": decode, "masked": masked}[step]()
+            doc[step] = {
+                "e4m3": e4m3,
+                "fp8": fp8,
+                "decode": decode,
+                "masked": masked,
+                "division": division,
+                "fp8d": fp8d,
+            }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
         out.write_text(json.dumps(doc, indent=1) + "\n")
     return 0
