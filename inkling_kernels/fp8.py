@@ -72,14 +72,12 @@ def _e4m3_signed(t):
 
 
 @triton.jit
-def _e4m3_hw(t, NAN_FIX: tl.constexpr = True):
+def _e4m3_hw(t):
     """fp32 -> e4m3fn byte (uint8) with the hardware conversion (sm_89+):
-    ``cvt.rn.satfinite.e4m3x2.f32`` rounds to nearest even and saturates +-Inf and everything
-    beyond +-448 to +-448, as ``_e4m3_signed`` does. Four elements an instruction pair, packed
-    straight into one 32-bit register (the four bytes a thread stores together). ``NAN_FIX`` maps
-    every NaN to 0x7F explicitly (the one case the formula pins and the instruction need not)."""
-    if NAN_FIX:
-        t = tl.where(t != t, float("nan"), t)
+    ``cvt.rn.satfinite.e4m3x2.f32`` rounds to nearest even, saturates +-Inf and everything beyond
+    +-448 to +-448 and writes 0x7F for every NaN, as ``_e4m3_signed`` does (all 2**32 inputs:
+    ``e4m3_paths_mismatches``; experiment D found that no NaN select is needed). Four elements an
+    instruction pair, packed straight into the 32-bit register a thread stores."""
     return tl.inline_asm_elementwise(
         """
         {
@@ -126,9 +124,7 @@ def e4m3_signed_encode_kernel(t_ptr, byte_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _e4m3_paths_kernel(
-    start, count_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr, PERTURB: tl.constexpr, NAN_FIX: tl.constexpr
-):
+def _e4m3_paths_kernel(start, count_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr, PERTURB: tl.constexpr):
     """Counts the fp32 bit patterns ``start + [0, BLOCK * ITERS * programs)`` (as uint32, wrapping
     past 2**32) on which ``_e4m3_hw`` and ``_e4m3_signed`` disagree. No memory is read: the
     inputs are the indices themselves. ``PERTURB`` flips the hardware byte of 1.0 (0x3F800000),
@@ -138,7 +134,7 @@ def _e4m3_paths_kernel(
     for i in range(ITERS):
         bits = ((base + i * BLOCK + tl.arange(0, BLOCK)) & 0xFFFFFFFF).to(tl.uint32)
         t = bits.to(tl.int32, bitcast=True).to(tl.float32, bitcast=True)
-        hw = _e4m3_hw(t, NAN_FIX).to(tl.int32)
+        hw = _e4m3_hw(t).to(tl.int32)
         if PERTURB:
             hw = tl.where(bits == 0x3F800000, hw ^ 1, hw)
         bad += (hw != _e4m3_signed(t)).to(tl.int32)
@@ -153,13 +149,17 @@ def _division_paths_kernel(
     and every activation value ``y`` of the table ``y_ptr[0:n_y]`` that a group with that maximum
     can hold (``|y| <= amax``, any NaN, and +-Inf when amax is the largest finite float), counts
     the pairs where ``_div_by_scale(STEPS)`` and the IEEE division ``div_rn`` give different
-    e4m3 bytes (``count_ptr[0]``) and, NaN aside, different fp32 quotients (``count_ptr[1]``).
-    ``PERTURB`` corrupts the quotient of 1.0 / (1.0 / 448) so a test can see the counter count."""
+    e4m3 bytes (``count_ptr[0]``), different fp32 quotients where the IEEE quotient is a normal
+    float or +-Inf (``count_ptr[1]``), and where it is subnormal or zero (``count_ptr[2]``: there
+    the residual underflows, but every such quotient is far below 2**-10 and rounds to a signed
+    zero). ``PERTURB`` corrupts the quotient 112 of 1.0 by the scale of amax = 4.0 (to 140, another
+    byte) so a test can see the counters count."""
     amax = tl.load(amax_ptr + tl.program_id(0))
     s = tl.math.div_rn(amax, 448.0)
     r = tl.math.div_rn(1.0, s)
     bad_byte = tl.zeros((BLOCK,), tl.int32)
     bad_bits = tl.zeros((BLOCK,), tl.int32)
+    bad_tiny = tl.zeros((BLOCK,), tl.int32)
     for start in range(0, n_y, BLOCK):
         offs = start + tl.arange(0, BLOCK)
         y = tl.load(y_ptr + offs, mask=offs < n_y, other=0.0)
@@ -170,12 +170,15 @@ def _division_paths_kernel(
         ref = tl.math.div_rn(y, sb)
         fast = _div_by_scale(y, sb, tl.full((BLOCK,), 0.0, tl.float32) + r, STEPS)
         if PERTURB:
-            fast = tl.where((y == 1.0) & (amax == 1.0), fast * 2.0, fast)
+            fast = tl.where((y == 1.0) & (amax == 4.0), fast * 1.25, fast)
         bad_byte += (meets & (_e4m3_signed(fast) != _e4m3_signed(ref))).to(tl.int32)
-        same = fast.to(tl.int32, bitcast=True) == ref.to(tl.int32, bitcast=True)
-        bad_bits += (meets & (y == y) & ~same).to(tl.int32)
+        differ = meets & (y == y) & (fast.to(tl.int32, bitcast=True) != ref.to(tl.int32, bitcast=True))
+        normal = tl.abs(ref) >= 1.1754943508222875e-38
+        bad_bits += (differ & normal).to(tl.int32)
+        bad_tiny += (differ & ~normal).to(tl.int32)
     tl.atomic_add(count_ptr, tl.sum(bad_byte, axis=0))
     tl.atomic_add(count_ptr + 1, tl.sum(bad_bits, axis=0))
+    tl.atomic_add(count_ptr + 2, tl.sum(bad_tiny, axis=0))
 
 
 @triton.jit(do_not_specialize=["T", "T_PAD"])
@@ -208,7 +211,6 @@ def _fp8_group_kernel(
     USE_PDL: tl.constexpr,
     HW: tl.constexpr,  # compiled on sm_89+: hardware e4m3 conversion and fp32 max; else integer ops
     DIV_STEPS: tl.constexpr,  # y / s: 0 IEEE division an element; >0 reciprocal + corrections
-    NAN_FIX: tl.constexpr,  # HW only: map NaN to 0x7F before the conversion
 ):
     G: tl.constexpr = N // GROUP
     G_TILES: tl.constexpr = (G + BLOCK_G - 1) // BLOCK_G
@@ -284,7 +286,7 @@ def _fp8_group_kernel(
 
     # 3. e4m3 bytes and the scales.
     if HW:
-        q = _e4m3_hw(t, NAN_FIX)
+        q = _e4m3_hw(t)
     else:
         q = _e4m3_signed(t).to(tl.uint8)
     q_off = e * stride_qe + rows[:, None, None] * stride_qm + cols
@@ -330,15 +332,13 @@ def _hw_e4m3(device: torch.device) -> bool:
 # Compiled, 16-bit activations: y / s as the reciprocal product with this many fma corrections
 # (``_div_by_scale``); proved equal to the IEEE division by ``division_mismatches``.
 DIV_STEPS_16BIT = 1
-# Compiled: map NaN to 0x7F before the hardware conversion.
-E4M3_NAN_FIX = True
 
 
 def _kernel_flags(device: torch.device, dtype: torch.dtype, interpreted: bool) -> dict:
     """The constexpr switches of ``_fp8_group_kernel`` for one launch (none changes a bit)."""
     hw = not interpreted and _hw_e4m3(device)
     steps = DIV_STEPS_16BIT if hw and dtype in (torch.bfloat16, torch.float16) else 0
-    return {"HW": hw, "DIV_STEPS": steps, "NAN_FIX": E4M3_NAN_FIX}
+    return {"HW": hw, "DIV_STEPS": steps}
 
 
 def _check_sm89(device) -> torch.device:
@@ -348,35 +348,35 @@ def _check_sm89(device) -> torch.device:
     return device
 
 
-def e4m3_paths_mismatches(
-    start: int = 0, count: int = 2**32, device="cuda", _perturb: bool = False, nan_fix: bool | None = None
-) -> int:
+def e4m3_paths_mismatches(start: int = 0, count: int = 2**32, device="cuda", _perturb: bool = False) -> int:
     """How many fp32 bit patterns in ``[start, start + count)`` the hardware conversion and the
     integer rounding map to different e4m3 bytes (0 is the claim; the default covers all 2**32).
-    Needs an sm_89+ GPU. ``_perturb`` (tests only) corrupts the hardware byte of 1.0;
-    ``nan_fix`` (default: what the kernels use) maps NaN to 0x7F before the conversion."""
+    Needs an sm_89+ GPU. ``_perturb`` (tests only) corrupts the hardware byte of 1.0."""
     device = _check_sm89(device)
     block, iters = 1024, 64
     per_program = block * iters
     if start % per_program or count % per_program:
         raise ValueError(f"start and count must be multiples of {per_program}")
-    nan_fix = E4M3_NAN_FIX if nan_fix is None else nan_fix
     total = torch.zeros(1, dtype=torch.int32, device=device)
     chunk = 2**30
     for lo in range(start, start + count, chunk):
         n = min(chunk, start + count - lo)
-        _e4m3_paths_kernel[(n // per_program,)](lo, total, BLOCK=block, ITERS=iters, PERTURB=_perturb, NAN_FIX=nan_fix)
+        _e4m3_paths_kernel[(n // per_program,)](lo, total, BLOCK=block, ITERS=iters, PERTURB=_perturb)
     return int(total.item())
 
 
 def division_mismatches(
     dtype: torch.dtype = torch.bfloat16, steps: int | None = None, device="cuda", _perturb: bool = False
-) -> tuple[int, int]:
+) -> tuple[int, int, int]:
     """Exhaustive check of ``_div_by_scale`` against the IEEE division for a 16-bit activation
     dtype: every group maximum the kernel can meet (each positive finite value of ``dtype`` from
     eps up, eps itself, and the largest finite fp32 that +-Inf caps to) against every one of the
-    65536 values of ``dtype`` such a group can hold. Returns (pairs whose e4m3 bytes differ, pairs
-    whose fp32 quotients differ, NaN aside); (0, 0) is the claim. Needs an sm_89+ GPU."""
+    65536 values of ``dtype`` such a group can hold. Returns the pairs whose e4m3 bytes differ,
+    whose fp32 quotients differ where the IEEE quotient is normal or infinite, and (NaN aside)
+    whose quotients differ where it is subnormal or zero. The claim is (0, 0, any): below the
+    normal range the fma residual underflows (bf16 reaches it, 2**-133 / (3.4e38 / 448)), and
+    every such quotient rounds to a signed zero in e4m3, which the first count covers. Needs an
+    sm_89+ GPU."""
     device = _check_sm89(device)
     if dtype not in (torch.bfloat16, torch.float16):
         raise ValueError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype}")
@@ -387,10 +387,10 @@ def division_mismatches(
     pos = ys[(ys > 0) & torch.isfinite(ys)]
     amaxes = torch.cat([pos[pos >= FP8_EPS], torch.tensor([FP8_EPS, torch.finfo(torch.float32).max])])
     ys, amaxes = ys.to(device), amaxes.to(device)
-    count = torch.zeros(2, dtype=torch.int32, device=device)
+    count = torch.zeros(3, dtype=torch.int32, device=device)
     _division_paths_kernel[(amaxes.numel(),)](ys, amaxes, count, ys.numel(), STEPS=steps, BLOCK=1024, PERTURB=_perturb)
-    byte, bits = count.tolist()
-    return byte, bits
+    byte, bits, tiny = count.tolist()
+    return byte, bits, tiny
 
 
 def _pdl_default(device: torch.device, enable_pdl):
