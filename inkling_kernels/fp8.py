@@ -149,11 +149,12 @@ def _division_paths_kernel(
     and every activation value ``y`` of the table ``y_ptr[0:n_y]`` that a group with that maximum
     can hold (``|y| <= amax``, any NaN, and +-Inf when amax is the largest finite float), counts
     the pairs where ``_div_by_scale(STEPS)`` and the IEEE division ``div_rn`` give different
-    e4m3 bytes (``count_ptr[0]``), different fp32 quotients where the IEEE quotient is a normal
-    float or +-Inf (``count_ptr[1]``), and where it is subnormal or zero (``count_ptr[2]``: there
-    the residual underflows, but every such quotient is far below 2**-10 and rounds to a signed
-    zero). ``PERTURB`` corrupts the quotient 112 of 1.0 by the scale of amax = 4.0 (to 140, another
-    byte) so a test can see the counters count."""
+    e4m3 bytes (``count_ptr[0]``), different fp32 quotients where the IEEE quotient is at least
+    2**-10 in magnitude (``count_ptr[1]``: the quotients that can give a nonzero byte) and where
+    it is smaller (``count_ptr[2]``: with a tiny y the fma residual underflows, so the corrected
+    quotient can miss by an ulp; every such quotient rounds to a signed zero). ``PERTURB``
+    corrupts the quotient 112 of 1.0 by the scale of amax = 4.0 (to 140, another byte) so a test
+    can see the counters count."""
     amax = tl.load(amax_ptr + tl.program_id(0))
     s = tl.math.div_rn(amax, 448.0)
     r = tl.math.div_rn(1.0, s)
@@ -173,7 +174,7 @@ def _division_paths_kernel(
             fast = tl.where((y == 1.0) & (amax == 4.0), fast * 1.25, fast)
         bad_byte += (meets & (_e4m3_signed(fast) != _e4m3_signed(ref))).to(tl.int32)
         differ = meets & (y == y) & (fast.to(tl.int32, bitcast=True) != ref.to(tl.int32, bitcast=True))
-        normal = tl.abs(ref) >= 1.1754943508222875e-38
+        normal = tl.abs(ref) >= 0.0009765625  # 2**-10: below it every quotient's byte is a signed zero
         bad_bits += (differ & normal).to(tl.int32)
         bad_tiny += (differ & ~normal).to(tl.int32)
     tl.atomic_add(count_ptr, tl.sum(bad_byte, axis=0))
@@ -211,6 +212,7 @@ def _fp8_group_kernel(
     USE_PDL: tl.constexpr,
     HW: tl.constexpr,  # compiled on sm_89+: hardware e4m3 conversion and fp32 max; else integer ops
     DIV_STEPS: tl.constexpr,  # y / s: 0 IEEE division an element; >0 reciprocal + corrections
+    PAIR_WORDS: tl.constexpr,  # interleaved 16-bit pairs 4-byte aligned: read as 32-bit words
 ):
     G: tl.constexpr = N // GROUP
     G_TILES: tl.constexpr = (G + BLOCK_G - 1) // BLOCK_G
@@ -245,7 +247,20 @@ def _fp8_group_kernel(
     if ACT == 0:
         y = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0).to(tl.float32)
     else:
-        if ACT == 1:
+        if ACT == 1 and PAIR_WORDS:
+            # 16-bit gate/up pairs read as one 32-bit word each (little-endian: gate in the low
+            # half), in the output's own [rows, groups, GROUP] shape: no de-interleave in registers,
+            # and the load, the group maximum and the byte store share one layout
+            words = tl.load(
+                x_ptr.to(tl.pointer_type(tl.uint32), bitcast=True)
+                + (e * (stride_xe // 2) + rows[:, None, None] * (stride_xm // 2))
+                + cols,
+                mask=mask,
+                other=0,
+            )
+            gate = (words & 0xFFFF).to(tl.uint16).to(x_ptr.dtype.element_ty, bitcast=True)
+            up = (words >> 16).to(tl.uint16).to(x_ptr.dtype.element_ty, bitcast=True)
+        elif ACT == 1:
             cols2 = g[None, :, None] * (2 * GROUP) + tl.arange(0, 2 * GROUP)[None, None, :]
             pairs = tl.load(x_ptr + row_off + cols2, mask=mask, other=0.0)
             gate, up = tl.split(tl.reshape(pairs, (BLOCK_M, BLOCK_G, GROUP, 2)))
@@ -341,6 +356,13 @@ def _kernel_flags(device: torch.device, dtype: torch.dtype, interpreted: bool) -
     return {"HW": hw, "DIV_STEPS": steps}
 
 
+def _pair_words(x3: torch.Tensor) -> bool:
+    """Whether the (gate, up) pairs of an interleaved ``[E, T, 2N]`` input can be read as aligned
+    32-bit words: a 16-bit dtype, a 4-byte-aligned start and even strides (else the kernel
+    de-interleaves a bf16 load in registers, same result)."""
+    return x3.element_size() == 2 and x3.data_ptr() % 4 == 0 and x3.stride(0) % 2 == 0 and x3.stride(1) % 2 == 0
+
+
 def _check_sm89(device) -> torch.device:
     device = torch.device(device)
     if device.type != "cuda" or not _hw_e4m3(device):
@@ -372,11 +394,11 @@ def division_mismatches(
     dtype: every group maximum the kernel can meet (each positive finite value of ``dtype`` from
     eps up, eps itself, and the largest finite fp32 that +-Inf caps to) against every one of the
     65536 values of ``dtype`` such a group can hold. Returns the pairs whose e4m3 bytes differ,
-    whose fp32 quotients differ where the IEEE quotient is normal or infinite, and (NaN aside)
-    whose quotients differ where it is subnormal or zero. The claim is (0, 0, any): below the
-    normal range the fma residual underflows (bf16 reaches it, 2**-133 / (3.4e38 / 448)), and
-    every such quotient rounds to a signed zero in e4m3, which the first count covers. Needs an
-    sm_89+ GPU."""
+    whose fp32 quotients differ where the IEEE quotient is at least 2**-10 in magnitude (or
+    infinite), and (NaN aside) whose quotients differ below that. The claim is (0, 0, any): with
+    a tiny y (bf16 reaches 2**-133) the fma residual underflows and the corrected quotient can
+    miss by an ulp, but every quotient below 2**-10 rounds to a signed zero in e4m3, which the
+    first count covers. Needs an sm_89+ GPU."""
     device = _check_sm89(device)
     if dtype not in (torch.bfloat16, torch.float16):
         raise ValueError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype}")
@@ -574,6 +596,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         BLOCK_M=block_m,
         BLOCK_G=block_g,
         INT64=int64,
+        PAIR_WORDS=act == ACT_INTERLEAVED and _pair_words(x3),
         USE_PDL=enable_pdl,
         **_kernel_flags(device, src.dtype, interpreted),
         num_warps=warps,
