@@ -35,7 +35,9 @@ def test_matches_reference(interleaved, dtype, with_weight, gen, device):
     _check_against_reference(x, w, interleaved=interleaved)
 
 
-@pytest.mark.parametrize("M,N", [(1, 1), (3, 7), (5, 300), (2, 1000), (9, 1537), (24, 1025), (130, 96), (65, 2048)])
+@pytest.mark.parametrize(
+    "M,N", [(1, 1), (3, 7), (5, 300), (2, 1000), (9, 1537), (24, 1025), (130, 96), (65, 2048), (67, 2880)]
+)
 @pytest.mark.parametrize("interleaved", [True, False])
 def test_odd_widths_and_masked_tails(M, N, interleaved, gen, device):
     x = randn((M, 2 * N), torch.bfloat16, gen, device)
@@ -55,6 +57,15 @@ def test_decode_heuristic_widens_from_24576_outputs():
     assert launch_config(8, 3072) == LaunchConfig(1, 1024, 8) and launch_config(16, 1536) == LaunchConfig(1, 1024, 8)
     assert launch_config(24, 1025) == LaunchConfig(1, 1024, 8) and launch_config(64, 3072) == LaunchConfig(1, 1024, 8)
     assert launch_config(65, 3072).BLOCK_M == 1 and launch_config(65, 3072).num_warps == 4
+
+
+def test_mid_size_heuristic_masks_a_1024_column_tile_when_no_power_of_two_divides_n():
+    """Experiment D: 333 x 2880 (no power of two from 128 to 1024 divides 2880) runs 1x1024 / 8
+    warps with a column mask, not 1x256; prefill and narrower N keep their tiles."""
+    assert launch_config(333, 2880) == LaunchConfig(1, 1024, 8)
+    assert launch_config(333, 1408) == LaunchConfig(1, 128, 4)  # 1408 = 11 x 128: no mask
+    assert launch_config(333, 1000).BLOCK_N == 256
+    assert launch_config(4097, 2880) == LaunchConfig(8, 256, 8)
 
 
 @pytest.mark.parametrize("with_weight", [False, True])
