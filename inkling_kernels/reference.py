@@ -336,7 +336,10 @@ quantizers (amax floored at eps, s = amax / 448, q = e4m3(clamp(y / s))). Where 
     of the codes by one step (8192 x 3072 random normal bf16 activations, on the CPU); Triton's
     fp32 "/", an approximate division on the GPU, moved 3.4e-6 of them (H200). Either way the
     result cannot be compared bit for bit with an IEEE reference. (With ue8m0 scales, s is a
-    power of two and the product with 1/s is exact, so there the kernels multiply.)
+    power of two and the product with 1/s is exact, so there the kernels multiply. Compiled,
+    with bf16/fp16 activations, the kernels multiply by the IEEE 1/s and correct the product
+    once with an exact fma residual: the same byte as the IEEE quotient on every reachable input
+    pair, checked exhaustively on the GPU.)
   * NaN: a NaN element is skipped by the group max and becomes the NaN byte 0x7F on its own,
     whatever the sign of the NaN; the other elements of its group are quantized as if it were
     absent. (Quantizers built on fmaxf drop NaN from the max the same way but keep whatever byte
