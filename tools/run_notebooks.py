@@ -44,6 +44,12 @@ def coalesce_streams(nb) -> None:
                 out.text = "\n".join(
                     line.rsplit("\r", 1)[-1] if line.strip("\r") else line for line in out.text.split("\n")
                 )
+        for out in merged:
+            # IPython.display.Code renders as HTML, LaTeX and plain text; JupyterLab and GitHub show
+            # the HTML, so the LaTeX copy of every source listing is dropped
+            data = out.get("data", {})
+            if "text/html" in data and "text/latex" in data:
+                del data["text/latex"]
         cell.outputs = merged
 
 

@@ -1,0 +1,36 @@
+"""The FP8 part of the benchmark alone (the same code as ``python -m inkling_workbook bench``:
+``bench.stream_ceiling`` for the FP8 pattern at M = 49152, then ``bench.bench_fp8``), for a GPU
+session without the time for the whole sweep. Writes the rows as ``bench`` does and a JSON with
+the provenance and the ceilings of this run:
+
+    python tools/fp8_publish.py OUT_CSV OUT_JSON
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from inkling_workbook import bench, provenance
+
+
+def main(argv: list[str]) -> int:
+    csv_path, json_path = Path(argv[0]), Path(argv[1])
+    bench.require_gpu()
+    meta = {"provenance": provenance.collect(["tools/fp8_publish.py", *argv])}
+    meta["clock_warmup"] = bench.warm_clocks()
+    for n in (1536, 3072):
+        meta[f"ceiling_fp8_49152x{n}"] = bench.stream_ceiling(49152 * n, out_dtype=torch.uint8)
+    meta["fp8_impls"] = bench.FP8_IMPLS
+    rows = bench.bench_fp8({n: meta[f"ceiling_fp8_49152x{n}"]["tbps"] for n in (1536, 3072)})
+    bench.write_csv(rows, csv_path)
+    json_path.write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"wrote {csv_path} ({len(rows)} rows) and {json_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
