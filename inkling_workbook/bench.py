@@ -771,6 +771,21 @@ def bench_fp8(ceilings: dict, quick: bool = False, progress: bool = True) -> lis
 # ---- driver ----------------------------------------------------------------------------------
 
 
+def timing_meta() -> dict:
+    """The timing method's constants, as every record of a sweep states them."""
+    return {
+        "min_calls": MIN_CALLS,
+        "min_replay_us": MIN_REPLAY_US,
+        "rounds": ROUNDS,
+        "decode_passes": DECODE_PASSES,
+        "other_passes": OTHER_PASSES,
+        "spread": "lowest and highest pass median; with one pass, the replays' 25th and 75th percentiles",
+        "decode_max_m": DECODE_MAX_M,
+        "output_policy": "every implementation allocates its output (free at graph replay)",
+        "tie": "two timings whose [lo_us, hi_us] ranges overlap",
+    }
+
+
 def write_csv(rows: list[dict], path: str | Path) -> None:
     keys = list(dict.fromkeys(k for r in rows for k in r))
     buf = io.StringIO()
@@ -795,17 +810,7 @@ def run(out: str | Path, quick: bool = False, cold: bool = False, tune: bool = T
     meta["clock_warmup"] = warm_clocks()
     meta["l2_bytes"] = l2_bytes()
     meta["cold_rotation"] = f">= {COLD_FACTOR} x L2 of input buffer sets between two uses of a set"
-    meta["timing"] = {
-        "min_calls": MIN_CALLS,
-        "min_replay_us": MIN_REPLAY_US,
-        "rounds": ROUNDS,
-        "decode_passes": DECODE_PASSES,
-        "other_passes": OTHER_PASSES,
-        "spread": "lowest and highest pass median; with one pass, the replays' 25th and 75th percentiles",
-        "decode_max_m": DECODE_MAX_M,
-        "output_policy": "every implementation allocates its output (free at graph replay)",
-        "tie": "two timings whose [lo_us, hi_us] ranges overlap",
-    }
+    meta["timing"] = timing_meta()
     meta["impls"] = IMPLS
     meta["empty_kernel"] = empty_kernel_us()
     meta["empty_kernel_us"] = meta["empty_kernel"]["median_us"]

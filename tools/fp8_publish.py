@@ -1,7 +1,8 @@
 """The FP8 part of the benchmark alone (the same code as ``python -m inkling_workbook bench``:
 ``bench.stream_ceiling`` for the FP8 pattern at M = 49152, then ``bench.bench_fp8``), for a GPU
 session without the time for the whole sweep. Writes the rows as ``bench`` does and a JSON with
-the provenance and the ceilings of this run:
+the provenance, the timing method and the ceilings of this run (the plots read it in place of
+the sweep's record when it sits beside the FP8 CSV, ``data/fp8_bench_<gpu>.json``):
 
     python tools/fp8_publish.py OUT_CSV OUT_JSON
 """
@@ -20,8 +21,9 @@ from inkling_workbook import bench, provenance
 def main(argv: list[str]) -> int:
     csv_path, json_path = Path(argv[0]), Path(argv[1])
     bench.require_gpu()
-    meta = {"provenance": provenance.collect(["tools/fp8_publish.py", *argv])}
+    meta = provenance.collect(["tools/fp8_publish.py", *argv])
     meta["clock_warmup"] = bench.warm_clocks()
+    meta["timing"] = bench.timing_meta()
     for n in (1536, 3072):
         meta[f"ceiling_fp8_49152x{n}"] = bench.stream_ceiling(49152 * n, out_dtype=torch.uint8)
     meta["fp8_impls"] = bench.FP8_IMPLS
