@@ -9,8 +9,12 @@ only the e4m3 bytes (N) and the scales (4N/group_size).
 Both paths run :func:`_fp8_group_kernel` and follow
 :data:`inkling_kernels.reference.FP8_GROUP_FORMULA` exactly. The fused path computes silu*mul
 with the shared ``_silu_mul`` helper and rounds it to the activation dtype in registers, exactly
-where the unfused path stores it, so fused == unfused bit for bit. The divisions are IEEE
-(``tl.math.div_rn``; Triton's ``/`` is not, on the GPU). The rounding to e4m3 has two
+where the unfused path stores it, so fused == unfused bit for bit. The scale and its reciprocal
+are IEEE divisions (``tl.math.div_rn``; Triton's ``/`` is not, on the GPU); ``y / s`` is too,
+except compiled with 16-bit activations, where a reciprocal product with one fma correction gives
+the same e4m3 byte on every reachable input pair (``_div_by_scale``, ``division_mismatches``;
+the fp32 quotient itself can differ by an ulp below 2**-10, where every byte is a signed zero).
+The rounding to e4m3 has two
 implementations that produce the same byte for every one of the 2**32 fp32 inputs (checked
 exhaustively on the GPU by ``e4m3_paths_mismatches``): on sm_89+ GPUs the hardware conversion
 ``cvt.rn.satfinite.e4m3x2.f32`` (``_e4m3_hw``), under Triton's interpreter integer operations
@@ -100,11 +104,14 @@ def _div_by_scale(y, s, r, STEPS: tl.constexpr):
     """``y / s`` for a group scale ``s`` and its IEEE reciprocal ``r = div_rn(1, s)``, without a
     division an element: the product ``q0 = y * r`` corrected ``STEPS`` times by the exact fma
     residual (``rem = y - q * s``, then ``q + rem * r``; Markstein's correction). ``STEPS == 0``
-    is the IEEE division itself (``div_rn``). Where the residual is 0 (the product was exact, -0
-    included) or NaN (``y`` is +-Inf or NaN) the product is kept: it is then the IEEE quotient's
-    value. For 16-bit activations (bf16, fp16) the result equals ``div_rn(y, s)`` on every pair
-    the kernel can meet (|y| <= amax, amax from that dtype), checked exhaustively on the GPU by
-    ``division_mismatches``; fp32 activations keep ``STEPS == 0``."""
+    is the IEEE division itself (``div_rn``). Where the residual is 0 (the product was exact; this
+    keeps the sign of -0) or NaN (``y`` is +-Inf or NaN: the product is then +-Inf or NaN, which
+    the conversion treats as the IEEE quotient) the product is kept. For 16-bit activations (bf16,
+    fp16) and one correction, the e4m3 byte equals the byte of ``div_rn(y, s)`` on every pair the
+    kernel can meet (|y| <= amax, amax from that dtype), checked exhaustively on the GPU by
+    ``division_mismatches``. The fp32 quotient itself equals ``div_rn``'s wherever that is at least
+    2**-10; below, with a tiny y whose residual underflows, it can miss by an ulp (bf16: 897,310
+    pairs), and every such quotient rounds to a signed zero. fp32 activations keep ``STEPS == 0``."""
     if STEPS == 0:
         return tl.math.div_rn(y, s + tl.zeros_like(y))
     q = y * r
@@ -345,7 +352,7 @@ def _hw_e4m3(device: torch.device) -> bool:
 
 
 # Compiled, 16-bit activations: y / s as the reciprocal product with this many fma corrections
-# (``_div_by_scale``); proved equal to the IEEE division by ``division_mismatches``.
+# (``_div_by_scale``); the same e4m3 bytes as the IEEE division, by ``division_mismatches``.
 DIV_STEPS_16BIT = 1
 
 

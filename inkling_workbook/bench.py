@@ -721,8 +721,8 @@ def bench_nvfp4(ceiling_tbps: float, quick: bool = False, progress: bool = True)
 # ---- FP8 per-token-group -----------------------------------------------------------------------
 
 FP8_IMPLS = {
-    "fused": "the fused Triton kernel (silu_and_mul_fp8_group_quant), outputs preallocated",
-    "unfused": "silu_and_mul then fp8_group_quant (Triton), outputs preallocated",
+    "fused": "the fused Triton kernel (silu_and_mul_fp8_group_quant), outputs preallocated, PDL on (the sm_90 default)",
+    "unfused": "silu_and_mul then fp8_group_quant (Triton), outputs preallocated, PDL on (the sm_90 default)",
     "torch_compile_static": "torch.compile(dynamic=False) of the torch reference of the fused op (all rows)",
 }
 
