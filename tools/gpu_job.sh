@@ -26,7 +26,11 @@
 # notebooks 01-03 that show the new benchmark (a third) share the GPU; compiling is most of their
 # time and the machine has 16 cores. Notebook 06 times again, so it runs last, alone.
 # Wheels carried in .whl/ (helion and the Jupyter packages, cp312) are installed first, since
-# such a machine may have no package index. Within 10 minutes on one H200.
+# such a machine may have no package index. About 13-15 minutes on one H200 with every step:
+# where one call to a lent machine may run at most 10 minutes, run it as two calls at the same
+# commit, STEPS=bench (about 8 minutes) and then STEPS=tests,sanitize,bitwise,notebooks (about 6),
+# unpacking the first call's publish_<gpu>.tar.gz before the second; each call returns its own
+# log and tarball (three files).
 set -uo pipefail
 OUT_DIR=${1:-${OUT:-build/gpu_job}}
 STEPS=${2:-bench,tests,sanitize,bitwise,notebooks}
