@@ -742,6 +742,7 @@ def bench_fp8(ceilings: dict, quick: bool = False, progress: bool = True) -> lis
     rows = []
     for case in tqdm(cases, desc="fp8 cases", disable=not progress):
         impls = fp8_bench.fp8_impls(case)
+        fp8_bench.check_fused_equals_unfused(case, impls)  # outputs checked before they are timed
         timings = time_calls({name: fn for name, (fn, _) in impls.items()}, OTHER_PASSES)
         for name, (_fn, nbytes) in impls.items():
             t = timings[name]

@@ -139,3 +139,27 @@ def fp8_impls(case: dict, seed: int = 0) -> dict[str, tuple[Callable[[], object]
         "unfused": (unfused, nbytes),
         "torch_compile_static": (torch_compile_static, nbytes),
     }
+
+
+def present_rows(case: dict, *tensors):
+    """The rows of a case's outputs that the fused op writes: all of them, or for a masked case
+    the first ``masked_m[e]`` rows of each expert (the rest of its buffers is never touched)."""
+    if case["masked_m"] is None:
+        return tensors
+    import torch
+
+    dev = tensors[0].device
+    present = torch.arange(case["T"], device=dev)[None, :] < torch.tensor(case["masked_m"], device=dev)[:, None]
+    return tuple(t[present] for t in tensors)
+
+
+def check_fused_equals_unfused(case: dict, impls: dict) -> None:
+    """Run the fused op and the unfused pair of a case once and require the same bits (e4m3 codes
+    and scales) on the rows present. The benchmark calls it before timing a case."""
+    from inkling_kernels.reference import bits_equal
+
+    fq, fs = impls["fused"][0]()
+    uq, us = impls["unfused"][0]()
+    fq, fs, uq, us = present_rows(case, fq, fs, uq, us)
+    if not (bits_equal(fq, uq) and bits_equal(fs, us)):
+        raise AssertionError(f"{case['name']}: the fused op and the unfused pair differ")

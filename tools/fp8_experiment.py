@@ -207,15 +207,6 @@ def division() -> dict:
     return out
 
 
-def _present(q, s, case):
-    """The rows a masked case writes (the rest of its buffers is never touched)."""
-    if case["masked_m"] is None:
-        return q, s
-    rows = [(e, t) for e, m in enumerate(case["masked_m"]) for t in range(m)]
-    e, t = (torch.tensor(v, device=q.device) for v in zip(*rows, strict=True))
-    return q[e, t], s[e, t]
-
-
 def fp8d() -> dict:
     rows = []
     cases = {c["name"]: c for c in fp8_bench.fp8_cases()}
@@ -227,7 +218,7 @@ def fp8d() -> dict:
         calls, ref = {}, None
         for v, flags in D_VARIANTS.items():
             call, nbytes, impls = _fused_call(case, flags, None)
-            got = tuple(t.clone() for t in _present(*call(), case))
+            got = tuple(t.clone() for t in fp8_bench.present_rows(case, *call()))
             if ref is None:
                 ref = got
             assert bits_equal(got[0], ref[0]) and bits_equal(got[1], ref[1]), (name, v)
