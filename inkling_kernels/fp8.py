@@ -297,11 +297,12 @@ def _fp8_group_kernel(
         # 2 ** ceil(log2(s)) exactly, on the bits: s is a positive normal float (>= 1e-10 / 448)
         sb = s.to(tl.int32, bitcast=True)
         s = (((sb >> 23) + ((sb & 0x7FFFFF) != 0).to(tl.int32)) << 23).to(tl.float32, bitcast=True)
+    r = tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)  # once a group
+    if UE8M0:
         # dividing by a power of two is exact scaling, so the product with its exact reciprocal
         # (a power of two within range) equals the IEEE quotient bit for bit
-        t = y * tl.broadcast_to(tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)[:, :, None], y.shape)
+        t = y * tl.broadcast_to(r[:, :, None], y.shape)
     else:
-        r = tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)
         t = _div_by_scale(
             y, tl.broadcast_to(s[:, :, None], y.shape), tl.broadcast_to(r[:, :, None], y.shape), DIV_STEPS
         )

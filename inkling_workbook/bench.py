@@ -772,6 +772,17 @@ def bench_fp8(ceilings: dict, quick: bool = False, progress: bool = True) -> lis
 # ---- driver ----------------------------------------------------------------------------------
 
 
+def run_fp8(meta: dict, csv_path: str | Path) -> list[dict]:
+    """The FP8 part of a sweep: the FP8-pattern ceilings at M = 49152 (into ``meta``), then the
+    cases, written to ``csv_path``. Returns the rows."""
+    for n in (1536, 3072):
+        meta[f"ceiling_fp8_49152x{n}"] = stream_ceiling(49152 * n, out_dtype=torch.uint8)
+    meta["fp8_impls"] = FP8_IMPLS
+    rows = bench_fp8({n: meta[f"ceiling_fp8_49152x{n}"]["tbps"] for n in (1536, 3072)})
+    write_csv(rows, csv_path)
+    return rows
+
+
 def timing_meta() -> dict:
     """The timing method's constants, as every record of a sweep states them."""
     return {
@@ -827,11 +838,7 @@ def run(out: str | Path, quick: bool = False, cold: bool = False, tune: bool = T
     nv = bench_nvfp4(ceiling, quick=quick)
     write_csv(nv, provenance.companion(out, "nvfp4"))
     if _has_fp8() and not quick:  # the quick re-measurement checks silu_and_mul and NVFP4 only
-        for n in (1536, 3072):
-            meta[f"ceiling_fp8_49152x{n}"] = stream_ceiling(49152 * n, out_dtype=torch.uint8)
-        meta["fp8_impls"] = FP8_IMPLS
-        fp8 = bench_fp8({n: meta[f"ceiling_fp8_49152x{n}"]["tbps"] for n in (1536, 3072)}, quick=quick)
-        write_csv(fp8, provenance.companion(out, "fp8"))
+        run_fp8(meta, provenance.companion(out, "fp8"))
     if tune:
         write_csv(tile_sweep(), provenance.companion(out, "tune"))
     meta["gpu_state_after"] = provenance.gpu_state()

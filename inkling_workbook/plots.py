@@ -446,7 +446,8 @@ def draw_all(data_dir: Path, fig_dir: Path) -> list[Path]:
             written += draw_nvfp4_floors(pd.read_csv(nv), meta, ptx, fig_dir / f"nvfp4_floors_{gpu}", ipe, src)
         fp8 = companion(csv_path, "fp8")
         if fp8.exists():  # an FP8 sweep run on its own (tools/fp8_publish.py) has its own record
-            fp8_meta = json.loads(fp8.with_suffix(".json").read_text()) if fp8.with_suffix(".json").exists() else meta
+            own = fp8.with_suffix(".json")
+            fp8_meta = json.loads(own.read_text()) if own.exists() else meta
             written += draw_fp8(pd.read_csv(fp8), fp8_meta, fig_dir / f"fp8_{gpu}")
         tune = companion(csv_path, "tune")
         if tune.exists():  # the tile sweep of a run, against the current launch heuristic

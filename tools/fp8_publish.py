@@ -1,5 +1,5 @@
-"""The FP8 part of the benchmark alone (the same code as ``python -m inkling_workbook bench``:
-``bench.stream_ceiling`` for the FP8 pattern at M = 49152, then ``bench.bench_fp8``), for a GPU
+"""The FP8 part of the benchmark alone (``bench.run_fp8``, as ``python -m inkling_workbook bench``
+runs it: the FP8-pattern ceilings at M = 49152, then the cases), for a GPU
 session without the time for the whole sweep. Writes the rows as ``bench`` does and a JSON with
 the provenance, the timing method and the ceilings of this run (the plots read it in place of
 the sweep's record when it sits beside the FP8 CSV, ``data/fp8_bench_<gpu>.json``):
@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-
-import torch
 
 from inkling_workbook import bench, provenance
 
@@ -33,11 +31,7 @@ def main(argv: list[str]) -> int:
     meta = provenance.collect(["tools/fp8_publish.py", *argv])
     meta["clock_warmup"] = bench.warm_clocks()
     meta["timing"] = {**bench.timing_meta(), **FP8_TIMING}
-    for n in (1536, 3072):
-        meta[f"ceiling_fp8_49152x{n}"] = bench.stream_ceiling(49152 * n, out_dtype=torch.uint8)
-    meta["fp8_impls"] = bench.FP8_IMPLS
-    rows = bench.bench_fp8({n: meta[f"ceiling_fp8_49152x{n}"]["tbps"] for n in (1536, 3072)})
-    bench.write_csv(rows, csv_path)
+    rows = bench.run_fp8(meta, csv_path)
     json_path.write_text(json.dumps(meta, indent=1) + "\n")
     print(f"wrote {csv_path} ({len(rows)} rows) and {json_path}")
     return 0
