@@ -194,16 +194,20 @@ def graph_time(calls: list[Callable[[], object]], rounds: int = ROUNDS, reps: in
         timer.close()
 
 
-def time_interleaved(timers: dict[str, GraphTimer], passes: int, rounds: int = ROUNDS) -> dict[str, Timing]:
+def time_interleaved(
+    timers: dict[str, GraphTimer], passes: int, rounds: int = ROUNDS, after_pass: Callable[[], object] | None = None
+) -> dict[str, Timing]:
     """Replay every timer ``rounds`` times per pass, the implementations interleaved within each
     pass (and their order rotated from pass to pass), so a drift in clocks or a neighbour's load
-    lands on all of them alike."""
+    lands on all of them alike. ``after_pass`` (e.g. a clock reading) runs after each pass."""
     names = list(timers)
     samples: dict[str, list[list[float]]] = {k: [] for k in names}
     for p in range(passes):
         order = names[p % len(names) :] + names[: p % len(names)]
         for name in order:
             samples[name].append(timers[name].replay(rounds))
+        if after_pass is not None:
+            after_pass()
     return {k: Timing.from_passes(v, timers[k].reps) for k, v in samples.items()}
 
 
@@ -722,15 +726,38 @@ def bench_nvfp4(ceiling_tbps: float, quick: bool = False, progress: bool = True)
 
 FP8_IMPLS = {
     "fused": "the fused Triton kernel (silu_and_mul_fp8_group_quant), outputs preallocated, PDL on (the sm_90 default)",
+    "fused_no_pdl": "the same fused kernel launched with enable_pdl=False, outputs preallocated",
     "unfused": "silu_and_mul then fp8_group_quant (Triton), outputs preallocated, PDL on (the sm_90 default)",
     "torch_compile_static": "torch.compile(dynamic=False) of the torch reference of the fused op (all rows)",
 }
+FP8_PASSES = 5  # interleaved passes of every FP8 case: the M = 49152 medians moved with the clock
+#: cold L2 where the working set of a call can sit in the 50 MB L2: M = 1024 (8-16 MB a call),
+#: M = 8192 (63-126 MB, part of it) and the masked cases (25-50 MB of buffers). Not at M = 16:
+#: a decode step reads an activation its GEMM has just written, so it is L2-warm in a server.
+FP8_COLD_MS = (1024, 8192)
+#: where the FP8 sweep's method differs from the silu sweep's (recorded with its rows)
+FP8_TIMING = {
+    "passes": FP8_PASSES,
+    "output_policy": "fused and unfused write into preallocated outputs; torch.compile allocates its own",
+    "pdl": "fused (and unfused) launch with PDL, the package default on sm_90: a graph of back-to-back "
+    "calls lets each call's prologue overlap the previous call's tail. fused_no_pdl is the same kernel "
+    "without it; torch.compile and the ceiling kernel launch without PDL",
+    "l2": "warm for every case; cold as well at M in (1024, 8192) and for the masked cases, rotating over "
+    f">= {COLD_FACTOR} x L2 of buffer sets; not at M = 16, where a server's input is L2-warm",
+    "clocks": "SM clock, power and throttle reasons read after every pass: sm_clock_mhz is their median, "
+    "sm_clock_min/max the extremes, throttle_reasons every reason seen",
+}
 
 
-def bench_fp8(ceilings: dict, quick: bool = False, progress: bool = True) -> list[dict]:
-    """The cases of :mod:`inkling_workbook.fp8_bench`, warm L2, the implementations of a case timed
-    in interleaved passes (``OTHER_PASSES``) like the silu sweep; ``ceilings`` maps N
-    to the FP8-pattern streaming ceiling (TB/s) measured in this run at M = 49152."""
+def _fp8_cold(case: dict) -> bool:
+    return case["M"] in FP8_COLD_MS or case["masked_m"] is not None
+
+
+def bench_fp8(ceilings: dict, quick: bool = False, progress: bool = True, cold: bool = True) -> list[dict]:
+    """The cases of :mod:`inkling_workbook.fp8_bench`, the implementations of a case timed in
+    :data:`FP8_PASSES` interleaved passes, warm L2 and (``cold``) cold L2 where :func:`_fp8_cold`;
+    ``ceilings`` maps N to the FP8-pattern streaming ceiling (TB/s) measured in this run at
+    M = 49152. Before a case is timed, its fused and unfused outputs are compared bit for bit."""
     from tqdm.auto import tqdm
 
     from . import fp8_bench
@@ -740,47 +767,73 @@ def bench_fp8(ceilings: dict, quick: bool = False, progress: bool = True) -> lis
     if quick:
         cases = [c for c in cases if c["M"] in (16, 49152) and not (c["column_major_scales"] or c["scale_ue8m0"])]
     rows = []
-    for case in tqdm(cases, desc="fp8 cases", disable=not progress):
-        impls = fp8_bench.fp8_impls(case)
-        fp8_bench.check_fused_equals_unfused(case, impls)  # outputs checked before they are timed
-        timings = time_calls({name: fn for name, (fn, _) in impls.items()}, OTHER_PASSES)
-        for name, (_fn, nbytes) in impls.items():
-            t = timings[name]
-            ceiling = ceilings.get(case["N"])
-            rows.append(
-                {
-                    "op": "silu_and_mul_fp8",
-                    "case": case["name"],
-                    "M": case["M"],
-                    "N": case["N"],
-                    "layout": "il" if case["interleaved"] else "nil",
-                    "column_major_scales": case["column_major_scales"],
-                    "scale_ue8m0": case["scale_ue8m0"],
-                    "masked": case["masked_m"] is not None,
-                    "E": case["E"],
-                    "T": case["T"],
-                    "impl": name,
-                    "config": FP8_IMPLS[name],
-                    "l2": "warm",
-                    **t.columns(nbytes, 4),
-                    "ceiling_tbps": round(ceiling, 4) if ceiling else None,
-                }
-            )
+    it = tqdm(cases, desc="fp8 cases", disable=not progress)
+    for case in it:
+        it.set_postfix_str(case["name"])
+        for mode in ["warm"] + (["cold"] if cold and _fp8_cold(case) else []):
+            first = fp8_bench.fp8_impls(case)
+            fp8_bench.check_fused_equals_unfused(case, first)  # outputs checked before they are timed
+            nsets = n_buffer_sets(fp8_bench.fp8_bytes(case), mode == "cold")
+            sets = [first] + [fp8_bench.fp8_impls(case, seed=i) for i in range(1, nsets)]
+            timers = {name: GraphTimer([s[name][0] for s in sets]) for name in first}
+            states: list[dict] = []
+            timings = time_interleaved(timers, FP8_PASSES, after_pass=lambda: states.append(provenance.gpu_state()))
+            for timer in timers.values():
+                timer.close()
+            del timers, sets
+            clocks = [float(st["sm_clock_mhz"]) for st in states if st.get("sm_clock_mhz")]
+            reasons = sorted({st.get("throttle_reasons") for st in states if st.get("throttle_reasons")})
+            for name, (_fn, nbytes) in first.items():
+                t = timings[name]
+                ceiling = ceilings.get(case["N"])
+                rows.append(
+                    {
+                        "op": "silu_and_mul_fp8",
+                        "case": case["name"],
+                        "M": case["M"],
+                        "N": case["N"],
+                        "layout": "il" if case["interleaved"] else "nil",
+                        "column_major_scales": case["column_major_scales"],
+                        "scale_ue8m0": case["scale_ue8m0"],
+                        "masked": case["masked_m"] is not None,
+                        "E": case["E"],
+                        "T": case["T"],
+                        "impl": name,
+                        "config": FP8_IMPLS[name],
+                        "l2": mode,
+                        "buffer_sets": nsets,
+                        **t.columns(nbytes, 4),
+                        "ceiling_tbps": round(ceiling, 4) if ceiling else None,
+                        "sm_clock_mhz": statistics.median(clocks) if clocks else None,
+                        "sm_clock_min": min(clocks) if clocks else None,
+                        "sm_clock_max": max(clocks) if clocks else None,
+                        "throttle_reasons": " ".join(reasons),
+                    }
+                )
+            del first
     return rows
-
-
-# ---- driver ----------------------------------------------------------------------------------
 
 
 def run_fp8(meta: dict, csv_path: str | Path) -> list[dict]:
     """The FP8 part of a sweep: the FP8-pattern ceilings at M = 49152 (into ``meta``), then the
-    cases, written to ``csv_path``. Returns the rows."""
+    cases, written to ``csv_path``, and beside it the record the FP8 plots read
+    (``provenance.companion(csv_path, "meta")``: ``meta`` with the FP8 method). Returns the rows."""
     for n in (1536, 3072):
         meta[f"ceiling_fp8_49152x{n}"] = stream_ceiling(49152 * n, out_dtype=torch.uint8)
     meta["fp8_impls"] = FP8_IMPLS
+    meta["fp8_timing"] = FP8_TIMING
     rows = bench_fp8({n: meta[f"ceiling_fp8_49152x{n}"]["tbps"] for n in (1536, 3072)})
     write_csv(rows, csv_path)
+    own = {
+        **meta,
+        "timing": {**meta.get("timing", timing_meta()), **FP8_TIMING},
+        "gpu_state_after": provenance.gpu_state(),
+    }
+    provenance.write_record(provenance.companion(csv_path, "meta"), json.dumps(own, indent=1) + "\n")
     return rows
+
+
+# ---- driver ----------------------------------------------------------------------------------
 
 
 def timing_meta() -> dict:

@@ -93,11 +93,13 @@ def _compiled_reference(interleaved: bool, ue8m0: bool, column_major: bool):
 
 
 def fp8_impls(case: dict, seed: int = 0) -> dict[str, tuple[Callable[[], object], int]]:
-    """name -> (call with no arguments, bytes moved) for "fused", "unfused" (``silu_and_mul`` into
-    a preallocated buffer, then ``fp8_group_quant`` into preallocated outputs) and
-    "torch_compile_static" (torch.compile(dynamic=False) of the torch reference of the fused op).
-    Inputs are random normal bf16 (never zeros), created here on the GPU, once per call of this
-    function. Needs a CUDA GPU."""
+    """name -> (call with no arguments, bytes moved) for "fused" (PDL on, the sm_90 default),
+    "fused_no_pdl" (the same kernel launched without PDL, as after a producer that does not
+    trigger it), "unfused" (``silu_and_mul`` into a preallocated buffer, then ``fp8_group_quant``
+    into preallocated outputs) and "torch_compile_static" (torch.compile(dynamic=False) of the
+    torch reference of the fused op). Inputs are random normal bf16 (never zeros), created here
+    on the GPU, once per call of this function (so calls of different seeds use different
+    buffers: the cold-L2 rotation builds one set per seed). Needs a CUDA GPU."""
     import torch
 
     if not torch.cuda.is_available():
@@ -126,6 +128,11 @@ def fp8_impls(case: dict, seed: int = 0) -> dict[str, tuple[Callable[[], object]
     def fused():
         return silu_and_mul_fp8_group_quant(gateup, interleaved=il, masked_m=masked_m, out=out, **opts)
 
+    def fused_no_pdl():
+        return silu_and_mul_fp8_group_quant(
+            gateup, interleaved=il, masked_m=masked_m, out=out, enable_pdl=False, **opts
+        )
+
     def unfused():
         silu_and_mul(flat_gateup, interleaved=il, out=flat_act)
         return fp8_group_quant(act, out=uout, **opts)
@@ -136,6 +143,7 @@ def fp8_impls(case: dict, seed: int = 0) -> dict[str, tuple[Callable[[], object]
     nbytes = fp8_bytes(case)
     return {
         "fused": (fused, nbytes),
+        "fused_no_pdl": (fused_no_pdl, nbytes),
         "unfused": (unfused, nbytes),
         "torch_compile_static": (torch_compile_static, nbytes),
     }

@@ -82,3 +82,56 @@ def test_fp8_targets_on_a_small_sweep():
     assert "T=256" in masked["target"] and masked["met"]  # per-row 0.0043 vs 0.0039 us: 1.11x
     assert next(r for r in targets if "two kernels" in r["target"])["met"]  # 1.8x >= 1.75x
     assert not next(r for r in targets if "torch.compile" in r["target"])["met"]  # 2.0x < 2.2x
+
+
+def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
+    """``bench_fp8``'s bookkeeping with the GPU parts stubbed: every case warm, cold where the
+    working set can sit in L2, one buffer set per seed in rotation, the four implementations
+    timed in FP8_PASSES passes with a clock reading after each, the outputs checked first."""
+    from inkling_workbook import fp8_bench
+
+    seeds, checked, timers = [], [], []
+
+    class FakeTimer:
+        def __init__(self, calls):
+            self.calls, self.reps = calls, 100 * len(calls)
+            timers.append(self)
+
+        def replay(self, rounds):
+            return [float(len(self.calls))] * rounds
+
+        def close(self):
+            pass
+
+    def fake_impls(case, seed=0):
+        seeds.append((case["name"], seed))
+        return {name: (lambda: None, fp8_bench.fp8_bytes(case)) for name in bench.FP8_IMPLS}
+
+    clocks = iter(range(1000, 100000))
+    monkeypatch.setattr(bench, "GraphTimer", FakeTimer)
+    monkeypatch.setattr(bench, "_configure_dynamo", lambda: None)
+    monkeypatch.setattr(bench, "l2_bytes", lambda: 50 * 2**20)
+    monkeypatch.setattr(
+        bench.provenance, "gpu_state", lambda: {"sm_clock_mhz": str(next(clocks)), "throttle_reasons": "0x4"}
+    )
+    monkeypatch.setattr(fp8_bench, "fp8_impls", fake_impls)
+    monkeypatch.setattr(fp8_bench, "check_fused_equals_unfused", lambda case, impls: checked.append(case["name"]))
+    rows = bench.bench_fp8({1536: 4.0, 3072: 4.1}, progress=False)
+
+    cases = fp8_bench.fp8_cases()
+    cold = [c for c in cases if c["M"] in bench.FP8_COLD_MS or c["masked_m"] is not None]
+    assert len(rows) == len(bench.FP8_IMPLS) * (len(cases) + len(cold))
+    assert {r["impl"] for r in rows} == set(bench.FP8_IMPLS) and {r["l2"] for r in rows} == {"warm", "cold"}
+    assert all(r["passes"] == bench.FP8_PASSES for r in rows)
+    assert len(checked) == len(cases) + len(cold)  # every timed buffer set 0 is checked first
+    for r in rows:
+        case = next(c for c in cases if c["name"] == r["case"])
+        if r["l2"] == "warm":
+            assert r["buffer_sets"] == 1
+        else:  # cold: >= 3 L2s of buffers in rotation, each set its own seed
+            assert r["buffer_sets"] * fp8_bench.fp8_bytes(case) >= bench.COLD_FACTOR * 50 * 2**20
+            assert r["median_us"] == float(r["buffer_sets"])  # the timer saw every set
+            assert {s for n, s in seeds if n == case["name"]} >= set(range(r["buffer_sets"]))
+        assert r["sm_clock_min"] < r["sm_clock_mhz"] < r["sm_clock_max"]  # five readings a case
+        assert r["throttle_reasons"] == "0x4" and r["ceiling_tbps"] in (4.0, 4.1)
+    assert not any(r["l2"] == "cold" and r["M"] == 16 for r in rows)

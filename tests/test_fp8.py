@@ -281,6 +281,33 @@ def test_fused_equals_unfused_equals_reference(layout, interleaved, with_weight,
         assert bool((_scale_buffer(s, True).cpu()[..., lead[-1] :] == 0).all())
 
 
+@pytest.mark.parametrize("view", ["contiguous", "even_row_stride", "odd_row_stride", "odd_offset", "odd_expert_stride"])
+def test_interleaved_strided_and_offset_inputs(view, gen, device):
+    """Interleaved inputs the kernel reads as 32-bit (gate, up) words (4-byte-aligned start, even
+    strides: contiguous or rows padded by two elements) and views that must fall back to the bf16
+    load (an odd row or expert stride, a start one element in): kernel == reference on raw bits
+    either way, 3-D and 2-D, and the path taken is the one the alignment allows."""
+    from inkling_kernels.fp8 import _pair_words
+
+    N, E, T = 256, 2, 5
+    width = {"contiguous": 2 * N, "odd_row_stride": 2 * N + 1}.get(view, 2 * N + 2)
+    base = randn((E, T, width), torch.bfloat16, gen, device, scale=3.0)
+    if view == "odd_offset":
+        x = base[..., 1 : 2 * N + 1]
+    elif view == "odd_expert_stride":  # experts T * width + 1 elements apart
+        flat = randn((E * (T * width + 1),), torch.bfloat16, gen, device, scale=3.0)
+        x = flat.as_strided((E, T, 2 * N), (T * width + 1, width, 1))
+    else:
+        x = base[..., : 2 * N]
+    assert _pair_words(x) == (view in ("contiguous", "even_row_stride"))
+    every_row = torch.full((E,), T, dtype=torch.int32, device=device)
+    for inp, masked_m in ((x, every_row), (x[1], None)):  # 3-D (the masked layout) and 2-D
+        q, s = silu_and_mul_fp8_group_quant(inp, interleaved=True, masked_m=masked_m)
+        rq, rs = ik.reference.silu_and_mul_fp8_group_quant_ref(inp.cpu().reshape(-1, 2 * N), interleaved=True)
+        q, s = q.cpu().reshape(-1, N), s.cpu().reshape(-1, N // 128)
+        assert bits_equal(q, rq) and bits_equal(s, rs), (view, tuple(inp.stride()))
+
+
 def test_masked_m_clamped_and_int64(gen, device):
     """masked_m values above T act as T and negative ones as 0 (no host check: it stays on the
     device); int64 counts work like int32."""
@@ -738,13 +765,21 @@ def test_fp8_bench_cases_are_data():
 @gpu_only
 def test_gpu_fp8_bench_impls_run_and_agree():
     """Each implementation of a few cases runs; fused and unfused give the same bits on the rows
-    present (the check the benchmark makes before timing); the compiled reference returns e4m3
-    codes of the right size (its silu*mul is inductor's, not bit-compared)."""
-    from inkling_workbook.fp8_bench import check_fused_equals_unfused, fp8_cases, fp8_impls
+    present (the check the benchmark makes before timing), fused with PDL off the same as on;
+    the compiled reference returns e4m3 codes of the right size (its silu*mul is inductor's, not
+    bit-compared)."""
+    from inkling_workbook.fp8_bench import check_fused_equals_unfused, fp8_cases, fp8_impls, present_rows
 
     for case in [c for c in fp8_cases() if c["name"] in ("M1024_N1536_il", "masked_ragged_E8_T256_N1536")]:
         impls = fp8_impls(case)
         check_fused_equals_unfused(case, impls)
+        q_out, s_out = impls["fused"][0]()
+        fq, fs = q_out.clone(), s_out.clone()
+        q_out.view(torch.uint8).fill_(0x7F)  # poisoned: the PDL-off call must write every present row
+        s_out.fill_(float("nan"))
+        nq, ns = impls["fused_no_pdl"][0]()  # the same kernel and buffers, PDL off: the same bits
+        fq, fs, nq, ns = present_rows(case, fq, fs, nq, ns)
+        assert bits_equal(fq, nq) and bits_equal(fs, ns)
         cq, _ = impls["torch_compile_static"][0]()
         assert (
             cq.dtype == torch.float8_e4m3fn

@@ -11,29 +11,31 @@
 # private copy of the checkout, so nothing that touches the checkout meanwhile can spoil it.
 # STEPS, a comma list, default all of them:
 #   bench      full benchmark sweep, warm and cold L2 -> data/bench_<gpu>.csv, .json,
-#              nvfp4_bench_<gpu>.csv; then, still alone on the GPU, the timing-method test
-#              (tests marked `timing`) and the serving measurements (PDL in a decode chain,
-#              host time per call) -> data/serving_<gpu>.json, and the port step by step
-#              (notebook 02) -> data/port_steps_<gpu>.csv, .json
+#              nvfp4_bench_<gpu>.csv, fp8_bench_<gpu>.csv, .json
+#   serving    still alone on the GPU: the timing-method test (tests marked `timing`), the serving
+#              measurements (PDL in a decode chain, host time per call) -> data/serving_<gpu>.json,
+#              and the port step by step (notebook 02) -> data/port_steps_<gpu>.csv, .json
 #   tests      the whole test suite on the GPU
 #   sanitize   compute-sanitizer memcheck over the kernel tests, then racecheck and initcheck
 #   bitwise    port vs helion matrix -> data/bitwise_<gpu>.json; NVFP4 fused == unfused ==
 #              reference -> data/nvfp4_bitwise_<gpu>.json; registers/PTX -> data/ptx_<gpu>.json
 #   notebooks  every notebook executed in place, 06 re-measuring its quick sweep into data/
 #
-# Order: timings need the GPU to themselves, so the benchmark runs first, alone. Then tests and
-# sanitizer (one chain), bitwise then notebooks 04-05 that show its records (a second), and
-# notebooks 01-03 that show the new benchmark (a third) share the GPU; compiling is most of their
-# time and the machine has 16 cores. Notebook 06 times again, so it runs last, alone.
+# Order: timings need the GPU to themselves, so the benchmark and the serving measurements run
+# first, alone. Then tests and sanitizer (one chain), bitwise then notebooks 04-05 that show its
+# records (a second), and notebooks 01-03 that show the new benchmark (a third) share the GPU;
+# compiling is most of their time and the machine has 16 cores. Notebook 06 times again, so it
+# runs last, alone. The tarball is written after every phase, so a call stopped by its time
+# limit still returns what the finished phases wrote.
 # Wheels carried in .whl/ (helion and the Jupyter packages, cp312) are installed first, since
 # such a machine may have no package index. About 13-15 minutes on one H200 with every step:
 # where one call to a lent machine may run at most 10 minutes, run it as two calls at the same
-# commit, STEPS=bench (about 8 minutes) and then STEPS=tests,sanitize,bitwise,notebooks (about 6),
-# unpacking the first call's publish_<gpu>.tar.gz before the second; each call returns its own
-# log and tarball (three files).
+# commit, STEPS=bench (about 7-8 minutes) and then STEPS=serving,tests,sanitize,bitwise,notebooks
+# (about 7), unpacking the first call's publish_<gpu>.tar.gz before the second; each call returns
+# its own log and tarball (three files).
 set -uo pipefail
 OUT_DIR=${1:-${OUT:-build/gpu_job}}
-STEPS=${2:-bench,tests,sanitize,bitwise,notebooks}
+STEPS=${2:-bench,serving,tests,sanitize,bitwise,notebooks}
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 echo $$ >"$OUT_DIR/pid"
@@ -94,13 +96,19 @@ PYEOF
 GPU=$($PY -c "from inkling_workbook import provenance; print(provenance.device_slug())")
 START=$SECONDS
 
-if want bench; then
+# pack: the records and notebooks written so far, into the tarball (rewritten after every phase)
+pack() { tar czf "$OUT_DIR/publish_$GPU.tar.gz" data notebooks/*.ipynb; }
+
+if want bench || want serving; then
   echo "=== phase 1, alone on the GPU: benchmark, timing-method test, serving measurements ($(stamp))"
-  run bench $PY -m inkling_workbook bench --cold-l2 --no-tune
-  run timing "${PYTEST[@]}" -rs -s -m timing tests
-  run serving $PY -m inkling_workbook serving
-  run steps $PY -m inkling_workbook steps
+  want bench && run bench $PY -m inkling_workbook bench --cold-l2 --no-tune
+  if want serving; then
+    run timing "${PYTEST[@]}" -rs -s -m timing tests
+    run serving $PY -m inkling_workbook serving
+    run steps $PY -m inkling_workbook steps
+  fi
   show bench timing serving steps
+  pack
 fi
 
 echo "=== phase 2, sharing the GPU: tests + sanitizer | bitwise + notebooks 04, 05, 07 | notebooks 01-03 ($(stamp))"
@@ -131,6 +139,7 @@ echo "=== phase 2, sharing the GPU: tests + sanitizer | bitwise + notebooks 04, 
 ( want notebooks && run notebooks_01_03 notebooks notebooks/01_*.ipynb notebooks/02_*.ipynb notebooks/03_*.ipynb ) &
 wait
 show tests memcheck racecheck initcheck bitwise nvfp4_bitwise ptx notebooks_01_03 notebooks_04_05_07
+pack
 
 if want notebooks; then
   echo "=== phase 3, alone on the GPU: notebook 06 re-measures its quick sweep ($(stamp))"
@@ -143,7 +152,7 @@ echo "=== summary ($(stamp), $((SECONDS - START)) s after setup): step, exit sta
 cat "$WORK/status"
 FAILED=$(awk '$2 != 0' "$WORK/status" | wc -l)
 echo "steps failed: $FAILED"
-tar czf "$OUT_DIR/publish_$GPU.tar.gz" data notebooks/*.ipynb
+pack
 echo "wrote $OUT_DIR/publish_$GPU.tar.gz"
 [ "$FAILED" = 0 ]
 } 2>&1 | tee "$OUT_DIR/gpu_job.log"
