@@ -46,10 +46,12 @@ def coalesce_streams(nb) -> None:
                 )
         for out in merged:
             # IPython.display.Code renders as HTML, LaTeX and plain text; JupyterLab and GitHub show
-            # the HTML, so the LaTeX copy of every source listing is dropped
+            # the highlighted HTML, so the LaTeX and plain copies of every source listing are dropped
             data = out.get("data", {})
             if "text/html" in data and "text/latex" in data:
                 del data["text/latex"]
+            if 'class="highlight"' in "".join(data.get("text/html", "")):
+                data.pop("text/plain", None)
         cell.outputs = merged
 
 
