@@ -24,7 +24,7 @@ Method (per implementation and shape):
    outside the ranges but smaller than the run-to-run reproducibility that the publishing job
    measures (notebook 06 re-times a subset) is still a win or a loss, marked as one a second run
    could reverse (``plots.speedup_table``'s ``near_*``).
-7. Every implementation allocates its output (inside a captured graph an allocation costs
+7. In the silu sweep every implementation allocates its output (inside a captured graph an allocation costs
    nothing at replay), so all follow the same output policy.
 8. Effective bandwidth = bytes the op must move (reads + writes, counted, not measured) / time.
 
@@ -76,7 +76,7 @@ def require_gpu() -> None:
 
 
 def l2_bytes() -> int:
-    """The L2 size the device reports (50 MB exposed on the H200), not a constant."""
+    """The L2 size the device reports (60 MiB on the H200), not a constant."""
     return int(torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size)
 
 
@@ -516,7 +516,7 @@ def bench_silu(
     shape_list: list[Shape], cold: bool, ceiling_tbps: float, progress: bool = True, impl_filter=None
 ) -> list[dict]:
     """Warm L2 on every shape; cold L2 (``cold``) where :func:`cold_feasible`. Decode shapes get
-    :data:`DECODE_PASSES` interleaved passes, the others one."""
+    :data:`DECODE_PASSES` interleaved passes, the others :data:`OTHER_PASSES`."""
     from tqdm.auto import tqdm
 
     rows = []
@@ -540,6 +540,40 @@ def bench_silu(
                 timer.close()
             del timers, bufs
     return rows
+
+
+def explore(shape: Shape, impls: list[str] | None = None):
+    """Time ``impls`` (names of :func:`implementations`, all by default) on one shape now, warm L2,
+    with the sweep's method (interleaved passes, fixed-count graph replay): notebook 06's
+    exploration cell on a GPU. Returns a DataFrame, one row per implementation."""
+    import pandas as pd
+
+    require_gpu()
+    known = implementations(shape)
+    unknown = [i for i in (impls or []) if i not in known]
+    if unknown:
+        raise ValueError(f"impls: {unknown} not among {list(known)}")
+    pick = {k: v for k, v in known.items() if impls is None or k in impls}
+    (x, w), nbytes = _buffers(shape, 1)[0], silu_bytes(shape.M, shape.N, shape.weighted)
+    timers = {name: GraphTimer([lambda fn=fn: fn(x, w)]) for name, (fn, _) in pick.items()}
+    try:
+        timings = time_interleaved(timers, DECODE_PASSES if shape.M <= DECODE_MAX_M else OTHER_PASSES)
+    finally:
+        for timer in timers.values():
+            timer.close()
+    rows = [
+        {
+            "source": "timed now",
+            "impl": name,
+            "config": pick[name][1],
+            "M": shape.M,
+            "N": shape.N,
+            "layout": "il" if shape.interleaved else "nil",
+            **t.columns(nbytes),
+        }  # fmt: skip
+        for name, t in timings.items()
+    ]
+    return pd.DataFrame(rows)[["source", "impl", "config", "M", "N", "layout", "median_us", "lo_us", "hi_us", "tbps"]]
 
 
 def method_check(shape: Shape = Shape(1, 1024, True, False, "check"), factor: int = 4) -> dict:
@@ -731,7 +765,7 @@ FP8_IMPLS = {
     "torch_compile_static": "torch.compile(dynamic=False) of the torch reference of the fused op (all rows)",
 }
 FP8_PASSES = 5  # interleaved passes of every FP8 case: the M = 49152 medians moved with the clock
-#: cold L2 where the working set of a call can sit in the 50 MB L2: M = 1024 (8-16 MB a call),
+#: cold L2 where the working set of a call can sit in the 60 MiB L2: M = 1024 (8-16 MB a call),
 #: M = 8192 (63-126 MB, part of it) and the masked cases (25-50 MB of buffers). Not at M = 16:
 #: a decode step reads an activation its GEMM has just written, so it is L2-warm in a server.
 FP8_COLD_MS = (1024, 8192)
@@ -745,7 +779,8 @@ FP8_TIMING = {
     "l2": "warm for every case; cold as well at M in (1024, 8192) and for the masked cases, rotating over "
     f">= {COLD_FACTOR} x L2 of buffer sets; not at M = 16, where a server's input is L2-warm",
     "clocks": "SM clock, power and throttle reasons read after every pass: sm_clock_mhz is their median, "
-    "sm_clock_min/max the extremes, throttle_reasons every reason seen",
+    "sm_clock_min/max the extremes, throttle_reasons every reason seen; pass_medians_us and pass_clocks_mhz "
+    "pass by pass (from the sweep after 72ae121)",
 }
 
 
@@ -785,6 +820,7 @@ def bench_fp8(ceilings: dict, quick: bool = False, progress: bool = True, cold: 
             reasons = sorted({st.get("throttle_reasons") for st in states if st.get("throttle_reasons")})
             for name, (_fn, nbytes) in first.items():
                 t = timings[name]
+                per_pass = [t.samples[i : i + t.rounds] for i in range(0, len(t.samples), t.rounds)]
                 ceiling = ceilings.get(case["N"])
                 rows.append(
                     {
@@ -808,6 +844,9 @@ def bench_fp8(ceilings: dict, quick: bool = False, progress: bool = True, cold: 
                         "sm_clock_min": min(clocks) if clocks else None,
                         "sm_clock_max": max(clocks) if clocks else None,
                         "throttle_reasons": " ".join(reasons),
+                        # pass by pass, in the order timed: a median that moves with the clock shows here
+                        "pass_medians_us": " ".join(f"{statistics.median(p):.4f}" for p in per_pass),
+                        "pass_clocks_mhz": " ".join(f"{c:.0f}" for c in clocks),
                     }
                 )
             del first

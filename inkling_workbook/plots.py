@@ -37,6 +37,7 @@ LABELS = {
     "compile_dynamic_m": "torch.compile (M dynamic)",
     "torch_eager": "torch eager",
     "helion_best": "helion 1.4, the faster of its two configs on each shape",
+    "compile_best": "torch.compile, the faster of static and M-dynamic on each shape (same run)",
     "fused": "fused Triton kernel",
     "fused_no_pdl": "fused Triton kernel, PDL off",
     "unfused": "silu_and_mul + quant (Triton, two kernels)",
@@ -51,9 +52,12 @@ SHORT = {
     "compile_dynamic_m": "compile M-dyn",
     "torch_eager": "eager",
     "helion_best": "best helion",
+    "compile_best": "best compile",
 }
 BASELINES = ("helion_sm90", "helion_fixed", "compile_static", "compile_dynamic_m", "torch_eager")
 HEADLINE = ("helion_sm90", "compile_static")
+#: per shape, the faster of two versions of one baseline: its strongest version in this run
+BEST = {"helion_best": ("helion_sm90", "helion_fixed"), "compile_best": ("compile_static", "compile_dynamic_m")}
 KEYS = ["group", "M", "N", "layout", "weighted"]
 DPI = 100  # figures/ PNGs at screen resolution (SVGs beside them); notebooks draw lower (``plots.DPI = 60``)
 
@@ -115,19 +119,23 @@ def speedup_table(df: pd.DataFrame, l2: str = "warm", tol: dict[str, float] | No
     [lo, hi] ranges overlap (no widening), and ``near_<b>``: not a tie, but the ratio is within
     the run-to-run reproducibility of its size class (``tol``, see :func:`rerun_tolerance`), so a
     second run could reverse it; reported beside the verdict, never counted as a tie.
-    ``helion_best`` is the faster of the two helion configs."""
+    ``helion_best`` is the faster of the two helion configs, ``compile_best`` the faster of the two
+    torch.compile baselines (static and M-dynamic): the strongest compile this run measured, since
+    which kernel inductor gives a shape in the sweep is not reproducible from run to run
+    (experiment E, ``data/tuning_log.md``)."""
     d = df[(df["op"] == "silu_and_mul") & (df["l2"] == l2)]
     wide = d.pivot_table(index=KEYS, columns="impl", values="median_us").reset_index()
     for col in ("lo_us", "hi_us"):
         part = d.pivot_table(index=KEYS, columns="impl", values=col)
         part.columns = [f"{c}_{col[:2]}" for c in part.columns]
         wide = wide.merge(part.reset_index(), on=KEYS)
-    if "helion_sm90" in wide and "helion_fixed" in wide:
-        pick = wide["helion_sm90"].fillna(np.inf) <= wide["helion_fixed"]
-        for suffix in ("", "_lo", "_hi"):
-            wide[f"helion_best{suffix}"] = np.where(pick, wide[f"helion_sm90{suffix}"], wide[f"helion_fixed{suffix}"])
+    for best, (a, b) in BEST.items():
+        if a in wide and b in wide:
+            pick = wide[a].fillna(np.inf) <= wide[b]
+            for suffix in ("", "_lo", "_hi"):
+                wide[f"{best}{suffix}"] = np.where(pick, wide[f"{a}{suffix}"], wide[f"{b}{suffix}"])
     t = wide.M.map(size_class).map(tol or {}).fillna(0.0)
-    for b in (*BASELINES, "helion_best"):
+    for b in (*BASELINES, *BEST):
         if b in wide:
             wide[f"vs_{b}"] = wide[b] / wide["triton"]
             wide[f"tie_{b}"] = (wide["triton_lo"] <= wide[f"{b}_hi"]) & (wide[f"{b}_lo"] <= wide["triton_hi"])
@@ -548,7 +556,7 @@ def targets_table(
                 }
             )
     n_shapes = len(warm) + len(speedup_table(df, "cold")) if (df.l2 == "cold").any() else len(warm)
-    for base in (*HEADLINE, "helion_best"):
+    for base in (*HEADLINE, *BEST):
         if f"vs_{base}" not in warm:
             continue
         lost = misses(df, base, tol)
@@ -619,7 +627,7 @@ def summary_markdown(data_dir: Path, gpu: str = "h200") -> str:
     nv = pd.read_csv(nv_path) if nv_path.exists() else None
     fp8 = pd.read_csv(fp8_path) if fp8_path.exists() else None
     impls = [i for i in ("triton", "triton_pdl", *BASELINES) if i in set(df.impl)]
-    versus = (*HEADLINE, "helion_best")
+    versus = (*HEADLINE, *BEST)
     head = ["M", "N", "layout", "w", "L2", *[SHORT[i] for i in impls], *[f"vs {SHORT[b]}" for b in versus]]
     lines = [
         f"Measured on {meta.get('device')} (driver {meta.get('driver')}, torch {meta.get('torch')}, "
@@ -1064,3 +1072,28 @@ def draw_swizzle(out_stem: Path) -> list[Path]:
     )
     fig.tight_layout()
     return _save(fig, out_stem)
+
+
+def recorded_lookup(
+    df: pd.DataFrame, M: int, N: int, interleaved: bool, weighted: bool, impls: list[str] | None = None
+) -> pd.DataFrame:
+    """The recorded sweep's warm-L2 timings nearest to a shape a reader asks for (notebook 06's
+    exploration cell on a machine without a GPU): the same N, layout and weights, the recorded M
+    nearest to ``M`` on a log scale. Raises ``ValueError`` naming what is not recorded."""
+    d = df[(df.op == "silu_and_mul") & (df.l2 == "warm")]
+    known = sorted(set(d.impl))
+    if impls is not None:
+        unknown = [i for i in impls if i not in known]
+        if unknown:
+            raise ValueError(f"impls: {unknown} not recorded; recorded: {known}")
+    layout = "il" if interleaved else "nil"
+    same = d[(d.N == N) & (d.layout == layout) & (d.weighted == weighted)]
+    if same.empty:
+        have = sorted({(int(r.N), r.layout, bool(r.weighted)) for r in d.itertuples()})
+        raise ValueError(f"N, interleaved, weighted: ({N}, {layout}, {weighted}) not recorded; recorded: {have}")
+    ms = np.array(sorted(set(same.M)))
+    nearest = int(ms[np.argmin(np.abs(np.log(ms) - np.log(max(M, 1))))])
+    rows = same[(same.M == nearest) & (same.impl.isin(impls or known))]
+    out = rows[["impl", "config", "M", "N", "layout", "median_us", "lo_us", "hi_us", "tbps"]].copy()
+    out.insert(0, "source", "recorded" if nearest == M else f"recorded, nearest M = {nearest}")
+    return out.reset_index(drop=True)

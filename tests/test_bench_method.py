@@ -134,4 +134,17 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
             assert {s for n, s in seeds if n == case["name"]} >= set(range(r["buffer_sets"]))
         assert r["sm_clock_min"] < r["sm_clock_mhz"] < r["sm_clock_max"]  # five readings a case
         assert r["throttle_reasons"] == "0x4" and r["ceiling_tbps"] in (4.0, 4.1)
+        assert len(r["pass_medians_us"].split()) == len(r["pass_clocks_mhz"].split()) == bench.FP8_PASSES
     assert not any(r["l2"] == "cold" and r["M"] == 16 for r in rows)
+
+
+@gpu_only
+def test_gpu_explore_times_the_asked_implementations():
+    """Notebook 06's exploration cell on a GPU: the named implementations timed now, one row each,
+    a positive median inside its own [lo, hi]; an unknown name refused by name."""
+    shape = bench.Shape(64, 1536, False, False, "explore")
+    got = bench.explore(shape, ["triton", "compile_static"])
+    assert list(got.impl) == ["triton", "compile_static"]
+    assert ((got.lo_us <= got.median_us) & (got.median_us <= got.hi_us) & (got.median_us > 0)).all()
+    with pytest.raises(ValueError, match="impls"):
+        bench.explore(shape, ["nope"])

@@ -104,3 +104,30 @@ def test_live_figures_small(captured, tmp_path):
     assert (err["error"][err["scaled"] <= 6] <= bound[err["scaled"] <= 6] + 1e-6).all()
     plots.draw_nvfp4_error(err, tmp_path / "e", where="test")
     assert len(captured) == 2
+
+
+def test_recorded_lookup_finds_the_nearest_recorded_shape_and_names_what_is_missing():
+    """Notebook 06's exploration cell on a CPU: the recorded warm timings at the nearest M of the
+    same N, layout and weights; unknown names and unrecorded shapes refused by name."""
+    import pandas as pd
+    import pytest
+
+    from inkling_workbook import plots
+
+    rows = []
+    for M in (1, 16, 4096, 49152):
+        for impl, t in (("triton", 1.0 + M / 1000), ("compile_static", 1.2 + M / 900)):
+            for l2 in ("warm", "cold"):
+                rows.append({"op": "silu_and_mul", "M": M, "N": 1536, "layout": "nil", "weighted": False,
+                             "impl": impl, "config": impl, "l2": l2, "median_us": t + (l2 == "cold"),
+                             "lo_us": t, "hi_us": t, "tbps": 1.0})  # fmt: skip
+    df = pd.DataFrame(rows)
+    got = plots.recorded_lookup(df, 3000, 1536, False, False, ["triton"])
+    assert len(got) == 1 and got.M[0] == 4096 and got.source[0] == "recorded, nearest M = 4096"
+    assert got.median_us[0] == 1.0 + 4096 / 1000  # the warm row, not the cold one
+    both = plots.recorded_lookup(df, 16, 1536, False, False)
+    assert set(both.impl) == {"triton", "compile_static"} and set(both.source) == {"recorded"}
+    with pytest.raises(ValueError, match="impls"):
+        plots.recorded_lookup(df, 16, 1536, False, False, ["helion"])
+    with pytest.raises(ValueError, match="not recorded"):
+        plots.recorded_lookup(df, 16, 3072, True, False)
