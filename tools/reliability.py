@@ -3,7 +3,7 @@ README's reliability table (between ``<!-- reliability:start -->`` and ``<!-- re
 from it.
 
 Every number comes from a recorded file or from collecting this checkout's tests: GPU test and
-sanitizer counts from data/gpu_job_h200.log (the log of one run of tools/gpu_job.sh on the H200,
+sanitizer counts from the logs of the GPU job's calls on the H200 (data/gpu_job_h200*.log,
 one section per step), bitwise counts from the data/*bitwise*.json records, CPU test and
 bad-input counts from ``pytest --collect-only`` here.
 
@@ -25,8 +25,9 @@ README = ROOT / "README.md"
 # The GPU job logs the table reports, newest first: (file in data/, what it was). Each is parsed
 # the same way (its `=== <step>` sections and its summary); nothing in the table is typed by hand.
 LOGS = [
-    ("gpu_job_h200.log", "the publishing GPU job"),
-    ("gpu_job_h200_dca1771.log", "the last complete GPU job"),
+    ("gpu_job_h200.log", "the publishing GPU job, call 1"),
+    ("gpu_job_h200_call2.log", "the publishing GPU job, call 2"),
+    ("gpu_job_h200_call3_notebooks.log", "the publishing GPU job, call 3"),
 ]
 START, END = "<!-- reliability:start -->", "<!-- reliability:end -->"
 
