@@ -211,12 +211,18 @@ def time_interleaved(
     return {k: Timing.from_passes(v, timers[k].reps) for k, v in samples.items()}
 
 
-def time_calls(calls: dict[str, Callable[[], object]], passes: int, rounds: int = ROUNDS) -> dict[str, Timing]:
-    """One graph per named call (:class:`GraphTimer`), timed in interleaved passes
-    (:func:`time_interleaved`), the graphs released afterwards."""
-    timers = {name: GraphTimer([fn]) for name, fn in calls.items()}
+def time_calls(
+    calls: dict[str, Callable[[], object] | list[Callable[[], object]]],
+    passes: int,
+    rounds: int = ROUNDS,
+    after_pass: Callable[[], object] | None = None,
+) -> dict[str, Timing]:
+    """One graph per name (:class:`GraphTimer`; a list of calls is one call per buffer set, used
+    in rotation), timed in interleaved passes (:func:`time_interleaved`), the graphs released
+    afterwards."""
+    timers = {name: GraphTimer(fn if isinstance(fn, list) else [fn]) for name, fn in calls.items()}
     try:
-        return time_interleaved(timers, passes, rounds)
+        return time_interleaved(timers, passes, rounds, after_pass)
     finally:
         for timer in timers.values():
             timer.close()
@@ -529,16 +535,13 @@ def bench_silu(
         impls = {k: v for k, v in implementations(shape).items() if not impl_filter or k in impl_filter}
         for mode in modes:
             bufs = _buffers(shape, n_buffer_sets(nbytes, mode == "cold"))
-            timers = {}
-            for name, (fn, _) in impls.items():
-                timers[name] = GraphTimer([lambda fn=fn, b=b: fn(*b) for b in bufs])
-            timings = time_interleaved(timers, passes)
+            timings = time_calls(
+                {name: [lambda fn=fn, b=b: fn(*b) for b in bufs] for name, (fn, _) in impls.items()}, passes
+            )
             clock = provenance.gpu_state().get("sm_clock_mhz")
             for name, t in timings.items():
                 rows.append({**_row(shape, name, impls[name][1], mode, t, nbytes, ceiling_tbps), "sm_clock_mhz": clock})
-            for timer in timers.values():
-                timer.close()
-            del timers, bufs
+            del bufs
     return rows
 
 
@@ -555,12 +558,8 @@ def explore(shape: Shape, impls: list[str] | None = None):
         raise ValueError(f"impls: {unknown} not among {list(known)}")
     pick = {k: v for k, v in known.items() if impls is None or k in impls}
     (x, w), nbytes = _buffers(shape, 1)[0], silu_bytes(shape.M, shape.N, shape.weighted)
-    timers = {name: GraphTimer([lambda fn=fn: fn(x, w)]) for name, (fn, _) in pick.items()}
-    try:
-        timings = time_interleaved(timers, DECODE_PASSES if shape.M <= DECODE_MAX_M else OTHER_PASSES)
-    finally:
-        for timer in timers.values():
-            timer.close()
+    calls = {name: (lambda fn=fn: fn(x, w)) for name, (fn, _) in pick.items()}
+    timings = time_calls(calls, DECODE_PASSES if shape.M <= DECODE_MAX_M else OTHER_PASSES)
     rows = [
         {
             "source": "timed now",
@@ -810,12 +809,13 @@ def bench_fp8(ceilings: dict, quick: bool = False, progress: bool = True, cold: 
             fp8_bench.check_fused_equals_unfused(case, first)  # outputs checked before they are timed
             nsets = n_buffer_sets(fp8_bench.fp8_bytes(case), mode == "cold")
             sets = [first] + [fp8_bench.fp8_impls(case, seed=i) for i in range(1, nsets)]
-            timers = {name: GraphTimer([s[name][0] for s in sets]) for name in first}
             states: list[dict] = []
-            timings = time_interleaved(timers, FP8_PASSES, after_pass=lambda: states.append(provenance.gpu_state()))
-            for timer in timers.values():
-                timer.close()
-            del timers, sets
+            timings = time_calls(
+                {name: [s[name][0] for s in sets] for name in first},
+                FP8_PASSES,
+                after_pass=lambda: states.append(provenance.gpu_state()),
+            )
+            del sets
             clocks = [float(st["sm_clock_mhz"]) for st in states if st.get("sm_clock_mhz")]
             reasons = sorted({st.get("throttle_reasons") for st in states if st.get("throttle_reasons")})
             for name, (_fn, nbytes) in first.items():
