@@ -99,26 +99,64 @@ def _e4m3_hw(t):
     )
 
 
+# How the compiled kernel divides a 16-bit activation by its group scale (``DIV``):
+DIV_IEEE, DIV_MARKSTEIN, DIV_SPLIT = 0, 1, 2
+
+
 @triton.jit
-def _div_by_scale(y, s, r, STEPS: tl.constexpr):
-    """``y / s`` for a group scale ``s`` and its IEEE reciprocal ``r = div_rn(1, s)``, without a
-    division an element: the product ``q0 = y * r`` corrected ``STEPS`` times by the exact fma
-    residual (``rem = y - q * s``, then ``q + rem * r``; Markstein's correction). ``STEPS == 0``
-    is the IEEE division itself (``div_rn``). Where the residual is 0 (the product was exact; this
-    keeps the sign of -0) or NaN (``y`` is +-Inf or NaN: the product is then +-Inf or NaN, which
-    the conversion treats as the IEEE quotient) the product is kept. For 16-bit activations (bf16,
-    fp16) and one correction, the e4m3 byte equals the byte of ``div_rn(y, s)`` on every pair the
-    kernel can meet (|y| <= amax, amax from that dtype), checked exhaustively on the GPU by
-    ``division_mismatches``. The fp32 quotient itself equals ``div_rn``'s wherever that is at least
-    2**-10; below, with a tiny y whose residual underflows, it can miss by an ulp (bf16: 897,310
-    pairs), and every such quotient rounds to a signed zero. fp32 activations keep ``STEPS == 0``."""
-    if STEPS == 0:
+def _recip_split(s):
+    """For a positive normal scale ``s`` (a group's): ``(r_hi, r_lo)``, ``r_hi`` the reciprocal
+    rounded down (``div_rn(1, s)``, one ulp lower where that rounded up) and ``r_lo`` the fp32
+    product of the exact residual ``1 - r_hi * s`` (an fma; it is exactly representable and
+    non-negative) with ``r_hi``: together ``1 / s`` to about 2**-47 relative, with
+    ``r_lo >= 0``, so ``y * r_hi`` and ``y * r_lo`` never have opposite infinite signs."""
+    r = tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)
+    up = tl.fma(-r, s, 1.0) < 0  # div_rn rounded up: step one ulp down (r is positive normal)
+    r_hi = tl.where(up, (r.to(tl.int32, bitcast=True) - 1).to(tl.float32, bitcast=True), r)
+    return r_hi, tl.fma(-r_hi, s, 1.0) * r_hi
+
+
+@triton.jit
+def _div_by_scale(y, s, r, r_lo, DIV: tl.constexpr):
+    """``y / s`` for a group scale ``s``, without a division an element (except ``DIV_IEEE``,
+    ``div_rn`` itself). ``DIV_SPLIT`` (the compiled 16-bit path): ``fma(y, r_hi, y * r_lo)``
+    with ``(r, r_lo)`` from :func:`_recip_split`, two instructions an element. ``DIV_MARKSTEIN``
+    (the path before it, kept for the proofs' comparison): the product ``q = y * r`` with
+    ``r = div_rn(1, s)``, corrected once by the exact fma residual (``q + (y - q s) r``, kept as
+    ``q`` where the residual is 0 or NaN), five instructions an element. For 16-bit activations
+    (bf16, fp16) both give the e4m3 byte of ``div_rn(y, s)`` on every pair the kernel can meet
+    (|y| <= amax, amax from that dtype, +-Inf and NaN included), checked exhaustively on the GPU
+    by ``division_mismatches``; the fp32 quotients themselves can differ by an ulp in a few
+    places (counted there). fp32 activations keep ``DIV_IEEE``."""
+    if DIV == 0:
         return tl.math.div_rn(y, s + tl.zeros_like(y))
+    if DIV == 2:
+        return tl.fma(y, r, y * r_lo)
     q = y * r
-    for _ in tl.static_range(STEPS):
-        rem = tl.fma(-q, s, y)
-        q = tl.where(tl.abs(rem) > 0, tl.fma(rem, r, q), q)
-    return q
+    rem = tl.fma(-q, s, y)
+    return tl.where(tl.abs(rem) > 0, tl.fma(rem, r, q), q)
+
+
+@triton.jit
+def _bf16_round(x):
+    """fp32 -> the fp32 value of its bf16 rounding (``x.to(bf16).to(fp32)``), two elements an
+    instruction: ``cvt.rn.bf16x2.f32`` (the conversion the silu kernels store with), then each
+    half widened on the bits (a shift, an and)."""
+    return tl.inline_asm_elementwise(
+        """
+        {
+        .reg .b32 p;
+        cvt.rn.bf16x2.f32 p, $3, $2;
+        shl.b32 $0, p, 16;
+        and.b32 $1, p, 0xffff0000;
+        }
+        """,
+        "=r,=r,f,f",
+        [x],
+        dtype=tl.uint32,
+        is_pure=True,
+        pack=2,
+    ).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -149,13 +187,32 @@ def _e4m3_paths_kernel(start, count_ptr, BLOCK: tl.constexpr, ITERS: tl.constexp
 
 
 @triton.jit
+def _sigmoid_paths_kernel(start, count_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr, PERTURB: tl.constexpr):
+    """Counts the fp32 bit patterns ``g`` of ``start + [0, BLOCK * ITERS * programs)`` on which
+    ``_silu_mul(g, 1.0)`` with and without ``FTZ_EXP`` differ in any bit (NaNs included). No
+    memory is read. ``PERTURB`` flips a bit of the FTZ result at g = 1.0."""
+    base = start + tl.program_id(0).to(tl.int64) * (BLOCK * ITERS)
+    bad = tl.zeros((BLOCK,), tl.int32)
+    one = tl.full((BLOCK,), 1.0, tl.float32)
+    for i in range(ITERS):
+        bits = ((base + i * BLOCK + tl.arange(0, BLOCK)) & 0xFFFFFFFF).to(tl.uint32)
+        g = bits.to(tl.int32, bitcast=True).to(tl.float32, bitcast=True)
+        ref = _silu_mul(g, one).to(tl.int32, bitcast=True)
+        fast = _silu_mul(g, one, True).to(tl.int32, bitcast=True)
+        if PERTURB:
+            fast = tl.where(bits == 0x3F800000, fast ^ 1, fast)
+        bad += (fast != ref).to(tl.int32)
+    tl.atomic_add(count_ptr, tl.sum(bad, axis=0))
+
+
+@triton.jit
 def _division_paths_kernel(
-    y_ptr, amax_ptr, count_ptr, n_y, STEPS: tl.constexpr, BLOCK: tl.constexpr, PERTURB: tl.constexpr
+    y_ptr, amax_ptr, count_ptr, n_y, DIV: tl.constexpr, BLOCK: tl.constexpr, PERTURB: tl.constexpr
 ):
     """For one group maximum ``amax`` a program (``amax_ptr[program]``, already floored at eps)
     and every activation value ``y`` of the table ``y_ptr[0:n_y]`` that a group with that maximum
     can hold (``|y| <= amax``, any NaN, and +-Inf when amax is the largest finite float), counts
-    the pairs where ``_div_by_scale(STEPS)`` and the IEEE division ``div_rn`` give different
+    the pairs where ``_div_by_scale(DIV)`` and the IEEE division ``div_rn`` give different
     e4m3 bytes (``count_ptr[0]``), different fp32 quotients where the IEEE quotient is at least
     2**-10 in magnitude (``count_ptr[1]``: the quotients that can give a nonzero byte) and where
     it is smaller (``count_ptr[2]``: with a tiny y the fma residual underflows, so the corrected
@@ -164,7 +221,11 @@ def _division_paths_kernel(
     can see the counters count."""
     amax = tl.load(amax_ptr + tl.program_id(0))
     s = tl.math.div_rn(amax, 448.0)
-    r = tl.math.div_rn(1.0, s)
+    if DIV == 2:
+        r, r_lo = _recip_split(s)
+    else:
+        r = tl.math.div_rn(1.0, s)
+        r_lo = 0.0
     bad_byte = tl.zeros((BLOCK,), tl.int32)
     bad_bits = tl.zeros((BLOCK,), tl.int32)
     bad_tiny = tl.zeros((BLOCK,), tl.int32)
@@ -176,7 +237,8 @@ def _division_paths_kernel(
         meets = meets & (offs < n_y)
         sb = tl.full((BLOCK,), 0.0, tl.float32) + s
         ref = tl.math.div_rn(y, sb)
-        fast = _div_by_scale(y, sb, tl.full((BLOCK,), 0.0, tl.float32) + r, STEPS)
+        zero = tl.full((BLOCK,), 0.0, tl.float32)
+        fast = _div_by_scale(y, sb, zero + r, zero + r_lo, DIV)
         if PERTURB:
             fast = tl.where((y == 1.0) & (amax == 4.0), fast * 1.25, fast)
         bad_byte += (meets & (_e4m3_signed(fast) != _e4m3_signed(ref))).to(tl.int32)
@@ -218,8 +280,10 @@ def _fp8_group_kernel(
     INT64: tl.constexpr,
     USE_PDL: tl.constexpr,
     HW: tl.constexpr,  # compiled on sm_89+: hardware e4m3 conversion and fp32 max; else integer ops
-    DIV_STEPS: tl.constexpr,  # y / s: 0 IEEE division an element; >0 reciprocal + corrections
+    DIV: tl.constexpr,  # y / s: DIV_IEEE (div_rn an element), DIV_MARKSTEIN or DIV_SPLIT
     PAIR_WORDS: tl.constexpr,  # interleaved 16-bit pairs 4-byte aligned: read as 32-bit words
+    FTZ_EXP: tl.constexpr,  # compiled: the sigmoid's exponential as one MUFU.EX2 (same bits)
+    BF16_BITS: tl.constexpr,  # compiled, bf16: widen and round on the bits (same values)
 ):
     G: tl.constexpr = N // GROUP
     G_TILES: tl.constexpr = (G + BLOCK_G - 1) // BLOCK_G
@@ -265,8 +329,13 @@ def _fp8_group_kernel(
                 mask=mask,
                 other=0,
             )
-            gate = (words & 0xFFFF).to(tl.uint16).to(x_ptr.dtype.element_ty, bitcast=True)
-            up = (words >> 16).to(tl.uint16).to(x_ptr.dtype.element_ty, bitcast=True)
+            if BF16_BITS:
+                # a bf16 is the top half of the fp32 with the same value: one shift or one and
+                gate = (words << 16).to(tl.float32, bitcast=True)
+                up = (words & 0xFFFF0000).to(tl.float32, bitcast=True)
+            else:
+                gate = (words & 0xFFFF).to(tl.uint16).to(x_ptr.dtype.element_ty, bitcast=True)
+                up = (words >> 16).to(tl.uint16).to(x_ptr.dtype.element_ty, bitcast=True)
         elif ACT == 1:
             cols2 = g[None, :, None] * (2 * GROUP) + tl.arange(0, 2 * GROUP)[None, None, :]
             pairs = tl.load(x_ptr + row_off + cols2, mask=mask, other=0.0)
@@ -274,11 +343,14 @@ def _fp8_group_kernel(
         else:
             gate = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0)
             up = tl.load(x_ptr + row_off + N + cols, mask=mask, other=0.0)
-        a = _silu_mul(gate, up)
+        a = _silu_mul(gate, up, FTZ_EXP)
         if HAS_WEIGHT:
             w = tl.load(w_ptr + e * stride_we + rows * stride_wm, mask=valid, other=0.0, eviction_policy="evict_last")
             a = a * w.to(tl.float32)[:, None, None]
-        y = a.to(x_ptr.dtype.element_ty).to(tl.float32)
+        if BF16_BITS:
+            y = _bf16_round(a)
+        else:
+            y = a.to(x_ptr.dtype.element_ty).to(tl.float32)
 
     # 2. One scale per group, the maximum of |y| over the non-NaN elements, +-Inf capped at the
     # largest finite float. Compiled: the fp32 max (max.f32 returns the non-NaN operand; a group
@@ -297,14 +369,22 @@ def _fp8_group_kernel(
         # 2 ** ceil(log2(s)) exactly, on the bits: s is a positive normal float (>= 1e-10 / 448)
         sb = s.to(tl.int32, bitcast=True)
         s = (((sb >> 23) + ((sb & 0x7FFFFF) != 0).to(tl.int32)) << 23).to(tl.float32, bitcast=True)
-    r = tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)  # once a group
+    if DIV == 2 and not UE8M0:
+        r, r_lo = _recip_split(s)  # once a group
+    else:
+        r = tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)  # once a group
+        r_lo = r
     if UE8M0:
         # dividing by a power of two is exact scaling, so the product with its exact reciprocal
         # (a power of two within range) equals the IEEE quotient bit for bit
         t = y * tl.broadcast_to(r[:, :, None], y.shape)
     else:
         t = _div_by_scale(
-            y, tl.broadcast_to(s[:, :, None], y.shape), tl.broadcast_to(r[:, :, None], y.shape), DIV_STEPS
+            y,
+            tl.broadcast_to(s[:, :, None], y.shape),
+            tl.broadcast_to(r[:, :, None], y.shape),
+            tl.broadcast_to(r_lo[:, :, None], y.shape),
+            DIV,
         )
 
     # 3. e4m3 bytes and the scales.
@@ -352,16 +432,16 @@ def _hw_e4m3(device: torch.device) -> bool:
     return _backend.capability(_backend.cuda_index(device)) >= (8, 9)
 
 
-# Compiled, 16-bit activations: y / s as the reciprocal product with this many fma corrections
-# (``_div_by_scale``); the same e4m3 bytes as the IEEE division, by ``division_mismatches``.
-DIV_STEPS_16BIT = 1
+# Compiled, 16-bit activations: y / s by the split reciprocal (``_div_by_scale``); the same e4m3
+# bytes as the IEEE division, by ``division_mismatches``.
+DIV_16BIT = DIV_SPLIT
 
 
 def _kernel_flags(device: torch.device, dtype: torch.dtype, interpreted: bool) -> dict:
     """The constexpr switches of ``_fp8_group_kernel`` for one launch (none changes a bit)."""
     hw = not interpreted and _hw_e4m3(device)
-    steps = DIV_STEPS_16BIT if hw and dtype in (torch.bfloat16, torch.float16) else 0
-    return {"HW": hw, "DIV_STEPS": steps}
+    div = DIV_16BIT if hw and dtype in (torch.bfloat16, torch.float16) else DIV_IEEE
+    return {"HW": hw, "DIV": div, "FTZ_EXP": hw, "BF16_BITS": hw and dtype == torch.bfloat16}
 
 
 def _pair_words(x3: torch.Tensor) -> bool:
@@ -395,30 +475,51 @@ def e4m3_paths_mismatches(start: int = 0, count: int = 2**32, device="cuda", _pe
     return int(total.item())
 
 
-def division_mismatches(
-    dtype: torch.dtype = torch.bfloat16, steps: int | None = None, device="cuda", _perturb: bool = False
-) -> tuple[int, int, int]:
-    """Exhaustive check of ``_div_by_scale`` against the IEEE division for a 16-bit activation
-    dtype: every group maximum the kernel can meet (each positive finite value of ``dtype`` from
-    eps up, eps itself, and the largest finite fp32 that +-Inf caps to) against every one of the
-    65536 values of ``dtype`` such a group can hold. Returns the pairs whose e4m3 bytes differ,
-    whose fp32 quotients differ where the IEEE quotient is at least 2**-10 in magnitude (or
-    infinite), and (NaN aside) whose quotients differ below that. The claim is (0, 0, any): with
-    a tiny y (bf16 reaches 2**-133) the fma residual underflows and the corrected quotient can
-    miss by an ulp, but every quotient below 2**-10 rounds to a signed zero in e4m3, which the
-    first count covers. Needs an sm_89+ GPU."""
+def sigmoid_paths_mismatches(start: int = 0, count: int = 2**32, device="cuda", _perturb: bool = False) -> int:
+    """How many fp32 inputs in ``[start, start + count)`` give a silu (``g * sigmoid(g)``) with
+    other bits when the sigmoid's exponential flushes subnormal results (``FTZ_EXP``, the fused
+    FP8 kernel's compiled path) than with Triton's ``exp`` (every other kernel, helion's
+    included). 0 is the claim; the default covers all 2**32. Needs a CUDA GPU (sm_89+, like the
+    kernel that uses it). ``_perturb`` (tests only) flips a bit of the result at g = 1.0."""
     device = _check_sm89(device)
+    block, iters = 1024, 64
+    per_program = block * iters
+    if start % per_program or count % per_program:
+        raise ValueError(f"start and count must be multiples of {per_program}")
+    total = torch.zeros(1, dtype=torch.int32, device=device)
+    chunk = 2**30
+    for lo in range(start, start + count, chunk):
+        n = min(chunk, start + count - lo)
+        _sigmoid_paths_kernel[(n // per_program,)](lo, total, BLOCK=block, ITERS=iters, PERTURB=_perturb)
+    return int(total.item())
+
+
+def division_mismatches(
+    dtype: torch.dtype = torch.bfloat16, method: int | None = None, device="cuda", _perturb: bool = False
+) -> tuple[int, int, int]:
+    """Exhaustive check of ``_div_by_scale`` (``method``: ``DIV_SPLIT``, the default and the
+    kernel's, or ``DIV_MARKSTEIN``) against the IEEE division for a 16-bit activation dtype:
+    every group maximum the kernel can meet (each positive finite value of ``dtype`` from eps up,
+    eps itself, and the largest finite fp32 that +-Inf caps to) against every one of the 65536
+    values of ``dtype`` such a group can hold. Returns the pairs whose e4m3 bytes differ, whose
+    fp32 quotients differ where the IEEE quotient is at least 2**-10 in magnitude (or infinite),
+    and (NaN aside) whose quotients differ below that. The claim for the kernel is a first count
+    of 0: the e4m3 byte is all the kernel keeps. The other two say how close the fp32 quotients
+    come (Markstein: 0 above 2**-10; with a tiny y the fma residual underflows and the quotient
+    can miss by an ulp, but every quotient below 2**-10 rounds to a signed zero). Needs an sm_89+
+    GPU."""
     if dtype not in (torch.bfloat16, torch.float16):
         raise ValueError(f"dtype must be torch.bfloat16 or torch.float16, got {dtype}")
-    steps = DIV_STEPS_16BIT if steps is None else steps
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    method = DIV_16BIT if method is None else method
+    if isinstance(method, bool) or method not in (DIV_MARKSTEIN, DIV_SPLIT):
+        raise ValueError(f"method must be DIV_MARKSTEIN ({DIV_MARKSTEIN}) or DIV_SPLIT ({DIV_SPLIT}), got {method!r}")
+    device = _check_sm89(device)
     ys = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype).float()
     pos = ys[(ys > 0) & torch.isfinite(ys)]
     amaxes = torch.cat([pos[pos >= FP8_EPS], torch.tensor([FP8_EPS, torch.finfo(torch.float32).max])])
     ys, amaxes = ys.to(device), amaxes.to(device)
     count = torch.zeros(3, dtype=torch.int32, device=device)
-    _division_paths_kernel[(amaxes.numel(),)](ys, amaxes, count, ys.numel(), STEPS=steps, BLOCK=1024, PERTURB=_perturb)
+    _division_paths_kernel[(amaxes.numel(),)](ys, amaxes, count, ys.numel(), DIV=method, BLOCK=1024, PERTURB=_perturb)
     byte, bits, tiny = count.tolist()
     return byte, bits, tiny
 

@@ -698,28 +698,90 @@ def test_gpu_hardware_e4m3_equals_integer_rounding_on_all_fp32():
 
 
 @gpu_only
+@pytest.mark.parametrize("method", ["split", "markstein"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_gpu_reciprocal_division_equals_ieee_division_exhaustively(dtype):
-    """Compiled, the 16-bit paths divide by the group scale with its reciprocal and one fma
-    correction (``_div_by_scale``); the interpreter and fp32 inputs with ``div_rn``. Every group
-    maximum of the dtype against every value such a group can hold: the same e4m3 byte always,
-    and the same fp32 quotient wherever the quotient is at least 2**-10 (below, bf16 quotients
-    can miss by an ulp where the residual underflows; their bytes are signed zeros either way)."""
-    from inkling_kernels.fp8 import division_mismatches
+def test_gpu_reciprocal_division_equals_ieee_division_exhaustively(dtype, method):
+    """Compiled, the 16-bit paths divide by the group scale without a division an element
+    (``_div_by_scale``: the split reciprocal, ``fma(y, r_hi, y * r_lo)``; before it one Markstein
+    correction of ``y * r``); the interpreter and fp32 inputs use ``div_rn``. Every group maximum
+    of the dtype against every value such a group can hold (+-Inf and NaN included): the same
+    e4m3 byte always, and the same fp32 quotient wherever the quotient is at least 2**-10 (below,
+    quotients can miss by an ulp; their bytes are signed zeros either way)."""
+    from inkling_kernels.fp8 import DIV_MARKSTEIN, DIV_SPLIT, division_mismatches
 
-    byte, bits, tiny = division_mismatches(dtype)
+    m = {"split": DIV_SPLIT, "markstein": DIV_MARKSTEIN}[method]
+    byte, bits, tiny = division_mismatches(dtype, m)
     assert (byte, bits) == (0, 0)
     # the counters count: with one quotient (1.0 by the scale of amax = 4.0) corrupted, one each
-    assert division_mismatches(dtype, _perturb=True) == (1, 1, tiny)
+    assert division_mismatches(dtype, m, _perturb=True) == (1, 1, tiny)
+
+
+@gpu_only
+def test_gpu_flushing_exponential_keeps_every_silu_bit():
+    """The fused FP8 kernel computes the sigmoid's exponential with ``ex2.approx.ftz.f32``
+    (``_silu_mul(..., FTZ_EXP=True)``); every other kernel, helion's included, with Triton's
+    ``exp``. On every one of the 2**32 fp32 inputs the silu has the same bits."""
+    from inkling_kernels.fp8 import sigmoid_paths_mismatches
+
+    assert sigmoid_paths_mismatches() == 0
+    # the counter counts: with the result at g = 1.0 corrupted, exactly one disagreement
+    assert sigmoid_paths_mismatches(0x3F800000 - 2**16, 2**17, _perturb=True) == 1
+
+
+@gpu_only
+@pytest.mark.parametrize("interleaved", [True, False])
+def test_gpu_kernel_switches_do_not_move_a_bit(gen, interleaved):
+    """Each constexpr switch of the compiled fused kernel (division, exponential, bf16 on the
+    bits, pair words) against the plainest compiled path (``div_rn``, Triton's exp and casts), on
+    data with the edge values: zeros of both signs, +-Inf, NaN, subnormals, huge and tiny rows."""
+    from inkling_kernels import fp8 as fp8_mod
+
+    gateup = randn((67, 2 * 768), torch.bfloat16, gen, "cuda", scale=3.0)
+    flat = gateup.view(-1)
+    specials = torch.tensor(
+        [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-40, -1e-40, 3e38, -3e38, 448.0, 1e-38],
+        dtype=torch.bfloat16,
+    )
+    idx = torch.randperm(flat.numel(), generator=gen)[:600].cuda()
+    flat[idx] = specials.cuda()[torch.arange(600, device="cuda") % specials.numel()]
+    gateup[5] *= 1e30
+    gateup[6] *= 1e-30
+    w = torch.rand(67, generator=gen).cuda()
+    base = {"HW": True, "DIV": fp8_mod.DIV_IEEE, "FTZ_EXP": False, "BF16_BITS": False}
+    variants = [
+        {},
+        {"DIV": fp8_mod.DIV_MARKSTEIN},
+        {"DIV": fp8_mod.DIV_SPLIT},
+        {"FTZ_EXP": True},
+        {"BF16_BITS": True},
+        fp8_mod._kernel_flags(gateup.device, torch.bfloat16, False),
+    ]
+    saved = fp8_mod._kernel_flags
+    outs = []
+    try:
+        for v in variants:
+            fp8_mod._kernel_flags = lambda device, dtype, interpreted, v=v: dict(base, **v)
+            for ue8m0 in (False, True):
+                q, s = fp8_mod.silu_and_mul_fp8_group_quant(gateup, w, interleaved=interleaved, scale_ue8m0=ue8m0)
+                outs.append((ue8m0, q, s))
+    finally:
+        fp8_mod._kernel_flags = saved
+    for ue8m0, q, s in outs[2:]:
+        ref = outs[0] if not ue8m0 else outs[1]
+        assert bits_equal(_dense(q), _dense(ref[1])) and bits_equal(_dense(s), _dense(ref[2])), ue8m0
 
 
 def test_exhaustive_path_checks_refuse_a_cpu_device():
-    from inkling_kernels.fp8 import division_mismatches, e4m3_paths_mismatches
+    from inkling_kernels.fp8 import division_mismatches, e4m3_paths_mismatches, sigmoid_paths_mismatches
 
     with pytest.raises(ValueError, match="device"):
         division_mismatches(device="cpu")
     with pytest.raises(ValueError, match="device"):
         e4m3_paths_mismatches(device="cpu")
+    with pytest.raises(ValueError, match="device"):
+        sigmoid_paths_mismatches(device="cpu")
+    with pytest.raises(ValueError, match="method"):
+        division_mismatches(torch.bfloat16, 0)
 
 
 @gpu_only

@@ -66,7 +66,7 @@ class _Variant:
     integer paths and the IEEE division an element, as the interpreter runs them) and tile."""
 
     def __init__(self, hw, tile: tuple[int, int] | None):
-        self.flags = hw if isinstance(hw, dict) else None if hw else {"HW": False, "DIV_STEPS": 0}
+        self.flags = hw if isinstance(hw, dict) else None if hw else dict(_OFF, HW=False, DIV=0)
         self.tile = tile
 
     def __enter__(self):
@@ -74,7 +74,10 @@ class _Variant:
         if self.flags is not None:
             flags = {k: v for k, v in self.flags.items() if k != "PAIR_WORDS"}
             fp8_mod._kernel_flags = lambda device, dtype, interpreted: dict(
-                flags, DIV_STEPS=flags["DIV_STEPS"] if dtype != torch.float32 else 0
+                _OFF,
+                **flags,
+                DIV=flags.get("DIV", 0) if dtype != torch.float32 else 0,
+                BF16_BITS=flags.get("BF16_BITS", False) and dtype == torch.bfloat16,
             )
             pairs = self.flags.get("PAIR_WORDS", True)
             fp8_mod._pair_words = lambda x3: pairs and self._pairs(x3)
@@ -92,6 +95,10 @@ class _Variant:
 
     def __exit__(self, *exc):
         fp8_mod._kernel_flags, fp8_mod._launch_config, fp8_mod._pair_words = self._flags, self._cfg, self._pairs
+
+
+# switches added after experiment D, off unless a variant names them
+_OFF = {"FTZ_EXP": False, "BF16_BITS": False}
 
 
 def _fused_call(case, hw, tile):
@@ -182,9 +189,9 @@ def masked() -> list[dict]:
 # reciprocal with one or two fma corrections, with and without the NaN -> 0x7F select before the
 # conversion.
 D_VARIANTS = {
-    "div_rn": {"HW": True, "DIV_STEPS": 0, "PAIR_WORDS": False},
-    "rcp1": {"HW": True, "DIV_STEPS": 1, "PAIR_WORDS": False},
-    "rcp1_pairs": {"HW": True, "DIV_STEPS": 1, "PAIR_WORDS": True},
+    "div_rn": {"HW": True, "DIV": 0, "PAIR_WORDS": False},
+    "rcp1": {"HW": True, "DIV": 1, "PAIR_WORDS": False},
+    "rcp1_pairs": {"HW": True, "DIV": 1, "PAIR_WORDS": True},
 }
 
 
@@ -196,12 +203,12 @@ def division() -> dict:
     for dtype in (torch.bfloat16, torch.float16):
         for steps in (1,):
             t0 = time.perf_counter()
-            byte, bits, tiny = fp8_mod.division_mismatches(dtype, steps)
+            byte, bits, tiny = fp8_mod.division_mismatches(dtype, fp8_mod.DIV_MARKSTEIN)
             out[f"div_{str(dtype).split('.')[-1]}_steps{steps}"] = {
                 "byte_mismatches": byte,
                 "bit_mismatches_at_least_2^-10": bits,
                 "bit_mismatches_below_2^-10": tiny,
-                "planted": fp8_mod.division_mismatches(dtype, steps, _perturb=True),
+                "planted": fp8_mod.division_mismatches(dtype, fp8_mod.DIV_MARKSTEIN, _perturb=True),
                 "seconds": round(time.perf_counter() - t0, 2),
             }
     return out
@@ -296,6 +303,74 @@ def decode() -> list[dict]:
     return rows
 
 
+# Experiment F (2026-12-01): the instruction count again (offline SASS of one 16 x 128 program,
+# instructions up to EXIT: 527 -> 409 non-interleaved, 547 -> 397 interleaved). "published": the
+# kernel of the 72ae121 run (Markstein division, Triton's exp, bf16 via cvt one at a time);
+# "split": the two-term reciprocal (2 instructions an element instead of 5); "new": split plus
+# the flush-to-zero exponential and the bf16 widening/rounding on the bits (the package default).
+F_VARIANTS = {
+    "published": {"HW": True, "DIV": 1, "PAIR_WORDS": True},
+    "split": {"HW": True, "DIV": 2, "PAIR_WORDS": True},
+    "new": {"HW": True, "DIV": 2, "PAIR_WORDS": True, "FTZ_EXP": True, "BF16_BITS": True},
+}
+
+
+def proofs() -> dict:
+    """What the new paths need: the sigmoid with the flushing exponential on all 2**32 fp32
+    inputs; the split-reciprocal division (and the Markstein one, for comparison) on every
+    reachable pair of bf16 and fp16, each with its planted error."""
+    out = {}
+    t0 = time.perf_counter()
+    out["sigmoid"] = {
+        "fp32_patterns": 2**32,
+        "mismatches": fp8_mod.sigmoid_paths_mismatches(),
+        "planted": fp8_mod.sigmoid_paths_mismatches(0x3F800000 - 2**16, 2**17, _perturb=True),
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+    for dtype in (torch.bfloat16, torch.float16):
+        for name, method in (("split", fp8_mod.DIV_SPLIT), ("markstein", fp8_mod.DIV_MARKSTEIN)):
+            t0 = time.perf_counter()
+            byte, bits, tiny = fp8_mod.division_mismatches(dtype, method)
+            out[f"div_{str(dtype).split('.')[-1]}_{name}"] = {
+                "byte_mismatches": byte,
+                "bit_mismatches_at_least_2^-10": bits,
+                "bit_mismatches_below_2^-10": tiny,
+                "planted": fp8_mod.division_mismatches(dtype, method, _perturb=True),
+                "seconds": round(time.perf_counter() - t0, 2),
+            }
+    return out
+
+
+def fp8f() -> dict:
+    """The three variants of ``F_VARIANTS`` in the same passes, with the unfused pair, at every
+    M = 49152 case, M = 1024, decode (with ``silu_and_mul`` alone) and the masked cases; each
+    variant's present rows compared bit for bit with the published kernel's before timing."""
+    rows = []
+    cases = fp8_bench.fp8_cases()
+    names = [c["name"] for c in cases if c["M"] in (49152, 1024, 16) or c["name"].startswith("masked")]
+    cases = {c["name"]: c for c in cases}
+    for name in tqdm(names, desc="fp8 variants F"):
+        case = cases[name]
+        calls, ref = {}, None
+        for v, flags in F_VARIANTS.items():
+            call, nbytes, impls = _fused_call(case, flags, None)
+            got = tuple(t.clone() for t in fp8_bench.present_rows(case, *call()))
+            if ref is None:
+                ref = got
+            assert bits_equal(got[0], ref[0]) and bits_equal(got[1], ref[1]), (name, v)
+            calls[v] = call
+        calls["unfused"] = impls["unfused"][0]
+        if case["M"] <= 16:
+            g = torch.randn((case["M"], 2 * case["N"]), device="cuda").bfloat16()
+            o = torch.empty((case["M"], case["N"]), device="cuda", dtype=torch.bfloat16)
+            calls["silu_and_mul"] = lambda g=g, o=o, il=case["interleaved"]: silu_and_mul(g, interleaved=il, out=o)
+        rows.append({"case": name, "bytes": fp8_bench.fp8_bytes(case), **_timings(calls, fp8_bench.fp8_bytes(case))})
+    return {
+        "rows": rows,
+        "ceilings": {n: bench.stream_ceiling(49152 * n, out_dtype=torch.uint8) for n in (1536, 3072)},
+    }
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
     steps = argv[1].split(",") if len(argv) > 1 else ["e4m3", "fp8", "decode", "host"]
@@ -317,6 +392,8 @@ def main(argv: list[str]) -> int:
                 "masked": masked,
                 "division": division,
                 "fp8d": fp8d,
+                "proofs": proofs,
+                "fp8f": fp8f,
                 "ragged": ragged,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
