@@ -73,12 +73,14 @@ class _Variant:
         self._flags, self._cfg, self._pairs = fp8_mod._kernel_flags, fp8_mod._launch_config, fp8_mod._pair_words
         if self.flags is not None:
             flags = {k: v for k, v in self.flags.items() if k != "PAIR_WORDS"}
-            fp8_mod._kernel_flags = lambda device, dtype, interpreted: dict(
-                _OFF,
-                **flags,
-                DIV=flags.get("DIV", 0) if dtype != torch.float32 else 0,
-                BF16_BITS=flags.get("BF16_BITS", False) and dtype == torch.bfloat16,
-            )
+
+            def kernel_flags(device, dtype, interpreted):
+                out = dict(_OFF, **flags)
+                out["DIV"] = flags.get("DIV", 0) if dtype != torch.float32 else 0
+                out["BF16_BITS"] = flags.get("BF16_BITS", False) and dtype == torch.bfloat16
+                return out
+
+            fp8_mod._kernel_flags = kernel_flags
             pairs = self.flags.get("PAIR_WORDS", True)
             fp8_mod._pair_words = lambda x3: pairs and self._pairs(x3)
         if self.tile is not None:
