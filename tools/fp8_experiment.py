@@ -373,6 +373,74 @@ def fp8f() -> dict:
     }
 
 
+# Experiment G (2026-12-01): decode tiles of the fused FP8 kernel (groups a program, warps) next
+# to silu_and_mul alone; and whether the masked layout's time follows the rows present once the
+# call is large enough to be bandwidth-bound (E = 8, T = 2048: the benchmark's ragged counts x 8).
+G_DECODE_TILES = [(1, 1), (2, 1), (4, 1), (1, 2), (2, 2), (4, 2), (8, 2), (4, 4), (8, 4)]
+
+
+def decode_tiles() -> list[dict]:
+    rows = []
+    shapes = [(M, N, il) for M in (1, 4, 16) for N in (1536, 3072) for il in (True, False)]
+    for M, N, il in tqdm(shapes, desc="fp8 decode tiles"):
+        G = N // 128
+        g = torch.randn((M, 2 * N), device="cuda").bfloat16()
+        ref = fp8_mod.silu_and_mul_fp8_group_quant(g, interleaved=il)
+        ref = (ref[0].clone(), ref[1].clone())
+        calls = {}
+        default = fp8_mod._launch_config(M, G, 128, False)
+        for bg, warps in G_DECODE_TILES:
+            if G % bg or bg * 128 < 32 * warps:
+                continue
+            out = (torch.empty_like(ref[0]), torch.empty_like(ref[1]))
+
+            def call(bg=bg, warps=warps, out=out):
+                saved = fp8_mod._launch_config
+                fp8_mod._launch_config = lambda rows, G, group, interpreted: (1, bg, warps)
+                try:
+                    return fp8_mod.silu_and_mul_fp8_group_quant(g, interleaved=il, out=out)
+                finally:
+                    fp8_mod._launch_config = saved
+
+            q, sc = call()
+            assert bits_equal(q, ref[0]) and bits_equal(sc, ref[1]), (M, N, il, bg, warps)
+            tag = f"{bg}g/{warps}w" + (" (default)" if (1, bg, warps) == default else "")
+            calls[tag] = call
+        o = torch.empty((M, N), device="cuda", dtype=torch.bfloat16)
+        calls["silu_and_mul"] = lambda o=o, il=il: silu_and_mul(g, interleaved=il, out=o)
+        rows.append({"M": M, "N": N, "layout": "il" if il else "nil", **_timings(calls)})
+    return rows
+
+
+def masked_large() -> list[dict]:
+    from inkling_kernels.fp8 import empty_scales
+
+    rows = []
+    E, T = 8, 2048
+    counts = {"full": (T,) * E, "ragged": tuple(8 * c for c in fp8_bench.MASKED_COUNTS), "none": (0,) * E}
+    for N in tqdm((1536, 3072), desc="fp8 masked large"):
+        gateup = torch.randn((E, T, 2 * N), device="cuda").bfloat16()
+        calls = {}
+        for name, mm in counts.items():
+            m = torch.tensor(mm, dtype=torch.int32, device="cuda")
+            out = (
+                torch.empty((E, T, N), dtype=torch.float8_e4m3fn, device="cuda"),
+                empty_scales((E, T), N // 128, False, "cuda"),
+            )
+            calls[f"masked_{name}_{sum(mm)}"] = lambda m=m, out=out: fp8_mod.silu_and_mul_fp8_group_quant(
+                gateup, masked_m=m, out=out, interleaved=False
+            )
+        rows_present = sum(counts["ragged"])
+        flat = torch.randn((rows_present, 2 * N), device="cuda").bfloat16()
+        out2 = (
+            torch.empty((rows_present, N), dtype=torch.float8_e4m3fn, device="cuda"),
+            empty_scales((rows_present,), N // 128, False, "cuda"),
+        )
+        calls[f"2d_{rows_present}"] = lambda: fp8_mod.silu_and_mul_fp8_group_quant(flat, out=out2, interleaved=False)
+        rows.append({"N": N, "E": E, "T": T, "ragged_counts": counts["ragged"], **_timings(calls)})
+    return rows
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
     steps = argv[1].split(",") if len(argv) > 1 else ["e4m3", "fp8", "decode", "host"]
@@ -396,6 +464,8 @@ def main(argv: list[str]) -> int:
                 "fp8d": fp8d,
                 "proofs": proofs,
                 "fp8f": fp8f,
+                "decode_tiles": decode_tiles,
+                "masked_large": masked_large,
                 "ragged": ragged,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
