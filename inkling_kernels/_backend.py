@@ -226,6 +226,17 @@ def capability(index: int) -> tuple[int, int]:
     return cap
 
 
+_SM_COUNT: dict[int, int] = {}
+
+
+def sm_count(index: int) -> int:
+    """The streaming multiprocessors of CUDA device ``index``, read once and cached."""
+    n = _SM_COUNT.get(index)
+    if n is None:
+        n = _SM_COUNT[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return n
+
+
 def cuda_index(device: torch.device) -> int:
     return device.index if device.index is not None else torch.cuda.current_device()
 

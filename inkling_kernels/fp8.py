@@ -251,15 +251,18 @@ def _division_paths_kernel(
     tl.atomic_add(count_ptr + 2, tl.sum(bad_tiny, axis=0))
 
 
-@triton.jit(do_not_specialize=["T", "T_PAD"])
-def _fp8_group_kernel(
-    x_ptr,  # ACT_NONE: x[E, T, N]; otherwise gateup[E, T, 2N] in the layout ACT names
-    w_ptr,  # [E, T] per-row weights (fused path only, HAS_WEIGHT)
-    masked_m_ptr,  # [E] rows present per expert (HAS_MASK)
-    q_ptr,  # [E, T, N] e4m3 bytes (a uint8 view of the float8_e4m3fn output)
-    s_ptr,  # fp32 scales; element (e, t, g) at e * stride_se + t * stride_sm + g * stride_sg
-    T,  # rows per expert (M for 2-D inputs)
-    T_PAD,  # rows of the scale buffer per expert: T, or round_up(T, 4) for column-major scales
+@triton.jit
+def _fp8_group_tile(
+    e,  # expert (0 for 2-D inputs)
+    pid_m,  # row tile: rows pid_m * BLOCK_M + [0, BLOCK_M)
+    pid_g,  # group tile: groups pid_g * BLOCK_G + [0, BLOCK_G)
+    n_rows,  # rows present in this expert (T unless masked)
+    x_ptr,
+    w_ptr,
+    q_ptr,
+    s_ptr,
+    T,
+    T_PAD,
     stride_xe,
     stride_xm,
     stride_qe,
@@ -269,43 +272,26 @@ def _fp8_group_kernel(
     stride_se,
     stride_sm,
     stride_sg,
-    N: tl.constexpr,  # activation width, a multiple of GROUP
-    GROUP: tl.constexpr,  # group size, a power of two
+    N: tl.constexpr,
+    GROUP: tl.constexpr,
     ACT: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
-    HAS_MASK: tl.constexpr,
     UE8M0: tl.constexpr,
-    BLOCK_M: tl.constexpr,  # rows a program
-    BLOCK_G: tl.constexpr,  # groups a program
+    BLOCK_M: tl.constexpr,
+    BLOCK_G: tl.constexpr,
     INT64: tl.constexpr,
-    USE_PDL: tl.constexpr,
-    HW: tl.constexpr,  # compiled on sm_89+: hardware e4m3 conversion and fp32 max; else integer ops
-    DIV: tl.constexpr,  # y / s: DIV_IEEE (div_rn an element), DIV_MARKSTEIN or DIV_SPLIT
-    PAIR_WORDS: tl.constexpr,  # interleaved 16-bit pairs 4-byte aligned: read as 32-bit words
-    FTZ_EXP: tl.constexpr,  # compiled: the sigmoid's exponential as one MUFU.EX2 (same bits)
-    BF16_BITS: tl.constexpr,  # compiled, bf16: widen and round on the bits (same values)
+    HW: tl.constexpr,
+    DIV: tl.constexpr,
+    PAIR_WORDS: tl.constexpr,
+    FTZ_EXP: tl.constexpr,
+    BF16_BITS: tl.constexpr,
 ):
+    """One ``[BLOCK_M rows, BLOCK_G groups]`` tile of :func:`_fp8_group_kernel`."""
     G: tl.constexpr = N // GROUP
-    G_TILES: tl.constexpr = (G + BLOCK_G - 1) // BLOCK_G
-    pid = tl.program_id(0)
-    e = tl.program_id(1)
-    pid_m = pid // G_TILES
-    pid_g = pid % G_TILES
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     if INT64:
         rows = rows.to(tl.int64)
         e = e.to(tl.int64)
-    if USE_PDL:
-        # everything below may read what the previous kernel wrote (masked_m included)
-        tl.extra.cuda.gdc_wait()
-    n_rows = T
-    if HAS_MASK:
-        n_rows = tl.minimum(tl.load(masked_m_ptr + e).to(tl.int32), T)
-        # a program with no row present and no padding scale row to zero has nothing to do:
-        # the time follows the rows present, not E x T
-        first = pid_m * BLOCK_M
-        if (first >= n_rows) & ((first + BLOCK_M <= T) | (first >= T_PAD)):
-            return
     valid = rows < n_rows  # token rows that are read and written
     pad = (rows >= T) & (rows < T_PAD)  # padding rows of a column-major scale buffer: scale 0
     g = pid_g * BLOCK_G + tl.arange(0, BLOCK_G)  # group index along N
@@ -397,6 +383,87 @@ def _fp8_group_kernel(
     s = tl.where(valid[:, None], s, 0.0)
     s_off = e * stride_se + rows[:, None] * stride_sm + g[None, :] * stride_sg
     tl.store(s_ptr + s_off, s, mask=(valid | pad)[:, None] & g_ok[None, :])
+
+
+@triton.jit(do_not_specialize=["T", "T_PAD", "E"])
+def _fp8_group_kernel(
+    x_ptr,  # ACT_NONE: x[E, T, N]; otherwise gateup[E, T, 2N] in the layout ACT names
+    w_ptr,  # [E, T] per-row weights (fused path only, HAS_WEIGHT)
+    masked_m_ptr,  # [E] rows present per expert (HAS_MASK)
+    q_ptr,  # [E, T, N] e4m3 bytes (a uint8 view of the float8_e4m3fn output)
+    s_ptr,  # fp32 scales; element (e, t, g) at e * stride_se + t * stride_sm + g * stride_sg
+    T,  # rows per expert (M for 2-D inputs)
+    T_PAD,  # rows of the scale buffer per expert: T, or round_up(T, 4) for column-major scales
+    stride_xe,
+    stride_xm,
+    stride_qe,
+    stride_qm,
+    stride_we,
+    stride_wm,
+    stride_se,
+    stride_sm,
+    stride_sg,
+    E,  # experts (HAS_MASK; else 1)
+    N: tl.constexpr,  # activation width, a multiple of GROUP
+    GROUP: tl.constexpr,  # group size, a power of two
+    ACT: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    UE8M0: tl.constexpr,
+    BLOCK_M: tl.constexpr,  # rows a program
+    BLOCK_G: tl.constexpr,  # groups a program
+    E_POW2: tl.constexpr,  # HAS_MASK: next power of two >= E
+    INT64: tl.constexpr,
+    USE_PDL: tl.constexpr,
+    HW: tl.constexpr,  # compiled on sm_89+: hardware e4m3 conversion and fp32 max; else integer ops
+    DIV: tl.constexpr,  # y / s: DIV_IEEE (div_rn an element), DIV_MARKSTEIN or DIV_SPLIT
+    PAIR_WORDS: tl.constexpr,  # interleaved 16-bit pairs 4-byte aligned: read as 32-bit words
+    FTZ_EXP: tl.constexpr,  # compiled: the sigmoid's exponential as one MUFU.EX2 (same bits)
+    BF16_BITS: tl.constexpr,  # compiled, bf16: widen and round on the bits (same values)
+):
+    G: tl.constexpr = N // GROUP
+    G_TILES: tl.constexpr = (G + BLOCK_G - 1) // BLOCK_G
+    if USE_PDL:
+        # everything below may read what the previous kernel wrote (masked_m included)
+        tl.extra.cuda.gdc_wait()
+    if HAS_MASK:
+        # A work list over the tiles that hold a present row (or a padding scale row to zero),
+        # expert after expert, shared out over a grid sized to the GPU: the time follows the
+        # rows present, not E x T (an empty tile is never visited). Every program reads the E
+        # counts itself, so nothing is read back on the host.
+        eo = tl.arange(0, E_POW2)
+        cnt = tl.load(masked_m_ptr + eo, mask=eo < E, other=0).to(tl.int32)
+        cnt = tl.minimum(tl.maximum(cnt, 0), T)
+        rt = (cnt + BLOCK_M - 1) // BLOCK_M  # row tiles holding a present row
+        pad_lo = T // BLOCK_M  # row tiles holding a padding row: [pad_lo, pad_hi)
+        pad_hi = (T_PAD + BLOCK_M - 1) // BLOCK_M
+        extra = tl.where((T_PAD > T) & (eo < E), tl.maximum(pad_hi - tl.maximum(rt, pad_lo), 0), 0)
+        tiles = (rt + extra) * G_TILES
+        ends = tl.cumsum(tiles, 0)
+        total = tl.sum(tiles, 0)
+        t = tl.program_id(0)
+        while t < total:  # a while loop: the interpreter cannot take tensor range bounds
+            e = tl.sum((ends <= t).to(tl.int32), 0)
+            sel = eo == e
+            local = t - tl.sum(tl.where(sel, ends - tiles, 0), 0)
+            j = local // G_TILES
+            rt_e = tl.sum(tl.where(sel, rt, 0), 0)
+            pid_m = tl.where(j < rt_e, j, tl.maximum(rt_e, pad_lo) + (j - rt_e))
+            _fp8_group_tile(
+                e, pid_m, local % G_TILES, tl.sum(tl.where(sel, cnt, 0), 0),
+                x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
+                stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
+                N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
+            )  # fmt: skip
+            t += tl.num_programs(0)
+    else:
+        pid = tl.program_id(0)
+        _fp8_group_tile(
+            tl.program_id(1), pid // G_TILES, pid % G_TILES, T,
+            x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
+            stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
+            N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
+        )  # fmt: skip
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()
 
@@ -411,8 +478,8 @@ def _round_up(v, m: int):
 
 def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[int, int, int]:
     """(BLOCK_M, BLOCK_G, num_warps). Tiles never change a bit of the result (a group never spans
-    two programs; masks cover every tail). On the GPU: about 1024 elements of a row (the widest
-    power-of-two group count dividing G, at most 1024 // group) and, past decode, rows up to
+    two programs; masks cover every tail). On the GPU: the widest power-of-two count of groups
+    dividing G with at most 1024 elements (512 at decode, rows <= 64) and, past decode, rows up to
     2048 elements a program with 4 warps (16 a thread; experiment B on the H200: 2-10% faster
     than 4096 on four of its six M = 49152 cases, 6% slower on one). In the interpreter each
     op costs the same Python overhead whatever its size, so tiles are much larger there."""
@@ -423,8 +490,18 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
     while block_g * 2 * group <= 1024 and G % (block_g * 2) == 0:
         block_g *= 2
     if rows <= 64:
-        return 1, block_g, 4
+        # decode: at most 512 elements a program (experiment G: 4 groups of 128 beat 8 by 0.01-0.06
+        # us at N = 3072, M <= 16; one- and two-warp programs were slower everywhere)
+        return 1, min(block_g, max(1, 512 // group)), 4
     return max(1, 2048 // (block_g * group)), block_g, 4
+
+
+def _resident_programs(device: torch.device, interpreted: bool) -> int:
+    """Programs of the masked work list: 16 a streaming multiprocessor (4-warp programs, 2048
+    threads an SM), what an H200 holds at once; 64 in the interpreter."""
+    if interpreted:
+        return 64
+    return 16 * _backend.sm_count(_backend.cuda_index(device))
 
 
 def _hw_e4m3(device: torch.device) -> bool:
@@ -671,7 +748,13 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         w_strides = (w.stride(0), w.stride(1)) if w.dim() == 2 else (0, w.stride(0))
     interpreted = _backend.uses_interpreter(device)
     block_m, block_g, warps = _launch_config(T, G, group_size, interpreted)
-    grid = (triton.cdiv(t_pad, block_m) * triton.cdiv(G, block_g), E)
+    tiles = triton.cdiv(t_pad, block_m) * triton.cdiv(G, block_g)
+    if masked_m is None:
+        grid = (tiles, E)
+    else:
+        # a work list over the tiles present (``_fp8_group_kernel``): at most one program per
+        # tile slot, at most what the GPU holds at once
+        grid = (max(1, min(E * tiles, _resident_programs(device, interpreted))), 1)
     s_extent = sum((n - 1) * st for n, st in zip((E, t_pad, G), s_strides, strict=True)) + 1
     int64 = (
         max(E * max(x3.stride(0), 1), T * max(x3.stride(1), 1), E * q3.stride(0), T * q3.stride(1), s_extent)
@@ -696,6 +779,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         w_strides[0],
         w_strides[1],
         *s_strides,
+        E,
         N=N,
         GROUP=group_size,
         ACT=act,
@@ -704,6 +788,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         UE8M0=ue8m0,
         BLOCK_M=block_m,
         BLOCK_G=block_g,
+        E_POW2=triton.next_power_of_2(E) if masked_m is not None else 1,
         INT64=int64,
         PAIR_WORDS=act == ACT_INTERLEAVED and _pair_words(x3),
         USE_PDL=enable_pdl,

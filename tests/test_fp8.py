@@ -322,7 +322,7 @@ def test_masked_m_clamped_and_int64(gen, device):
 
 
 def test_masked_rows_skipped_and_padding_zeroed(gen, device):
-    """Programs whose rows are all past masked_m return early (time follows the rows present),
+    """Tiles whose rows are all past masked_m are never visited (time follows the rows present),
     except those holding padding rows of a column-major scale buffer (T = 10 pads to 12): those
     rows still get zero scales; rows past masked_m keep the poison."""
     E, T, N, mm = 3, 10, 256, [0, 3, 10]
@@ -335,6 +335,46 @@ def test_masked_rows_skipped_and_padding_zeroed(gen, device):
         present = torch.arange(T)[None, :] < torch.tensor(mm)[:, None]
         assert bits_equal(q.cpu()[present], uq.cpu()[present]) and bits_equal(s.cpu()[present], us.cpu()[present])
         assert bool((_bytes(q)[~present] == POISON_Q).all()) and bool(torch.isnan(s.cpu()[~present]).all())
+        if column_major:
+            assert bool((_scale_buffer(s, True).cpu()[..., T:] == 0).all())
+
+
+@pytest.mark.parametrize("tile", [(1, 1), (2, 1), (4, 2), (8, 1)])
+@pytest.mark.parametrize("programs", [1, 3, 1000])
+def test_masked_work_list_over_tiles_and_grids(gen, device, monkeypatch, tile, programs):
+    """The masked layout runs a work list of the tiles holding a present row or a padding scale
+    row, shared out over a grid of at most ``_resident_programs`` programs: every tile size
+    (rows a program, groups a program) and grid (one program doing every tile, a few, more than
+    there are tiles) gives the unfused bits on the rows present, the zero padding of a column-major
+    buffer (T = 7 pads to 8) and the poison everywhere else; counts above T, negative and zero
+    included, over E = 5 experts (the counts vector padded to 8)."""
+    from inkling_kernels import fp8 as fp8_mod
+
+    E, T, N, mm = 5, 7, 256, [0, 3, 7, 12, -2]
+    block_m, block_g = tile
+    monkeypatch.setattr(fp8_mod, "_launch_config", lambda rows, G, group, interpreted: (block_m, block_g, 4))
+    monkeypatch.setattr(fp8_mod, "_resident_programs", lambda device, interpreted: programs)
+    gateup = randn((E, T, 2 * N), torch.bfloat16, gen, device)
+    masked = torch.tensor(mm, dtype=torch.int32, device=device)
+    present = torch.arange(T)[None, :] < torch.tensor(mm).clamp(0, T)[:, None]
+    for column_major in (False, True):
+        # the outputs are carved out of larger buffers whose guard bands must stay poisoned
+        q_store = torch.full((E * T * N + 2048,), POISON_Q, dtype=torch.uint8, device=device)
+        q = q_store[1024:-1024].view(F8).view(E, T, N)
+        rows = (T + 3) // 4 * 4 if column_major else T
+        s_store = torch.full((E * rows * 2 + 512,), float("nan"), device=device)
+        s = (
+            s_store[256:-256].view(E, 2, rows).transpose(1, 2)[:, :T]
+            if column_major
+            else s_store[256:-256].view(E, T, 2)
+        )
+        silu_and_mul_fp8_group_quant(gateup, masked_m=masked, column_major_scales=column_major, out=(q, s))
+        act, (uq, us) = _unfused(gateup, None, True, 128, False, column_major)
+        assert bits_equal(q.cpu()[present], uq.cpu()[present]) and bits_equal(s.cpu()[present], us.cpu()[present])
+        assert bool((_bytes(q)[~present] == POISON_Q).all()) and bool(torch.isnan(s.cpu()[~present]).all())
+        guards = torch.cat([s_store[:256], s_store[-256:]]).cpu()
+        assert bool((q_store[:1024] == POISON_Q).all()) and bool((q_store[-1024:] == POISON_Q).all())
+        assert bool(torch.isnan(guards).all()), "a scale was written outside the scale buffer"
         if column_major:
             assert bool((_scale_buffer(s, True).cpu()[..., T:] == 0).all())
 
