@@ -413,6 +413,7 @@ def _fp8_group_kernel(
     BLOCK_M: tl.constexpr,  # rows a program
     BLOCK_G: tl.constexpr,  # groups a program
     E_POW2: tl.constexpr,  # HAS_MASK: next power of two >= E
+    WORK_LIST: tl.constexpr,  # HAS_MASK: a grid-sized work list instead of a program per tile slot
     INT64: tl.constexpr,
     USE_PDL: tl.constexpr,
     HW: tl.constexpr,  # compiled on sm_89+: hardware e4m3 conversion and fp32 max; else integer ops
@@ -426,7 +427,7 @@ def _fp8_group_kernel(
     if USE_PDL:
         # everything below may read what the previous kernel wrote (masked_m included)
         tl.extra.cuda.gdc_wait()
-    if HAS_MASK:
+    if HAS_MASK and WORK_LIST:
         # A work list over the tiles that hold a present row (or a padding scale row to zero),
         # expert after expert, shared out over a grid sized to the GPU: the time follows the
         # rows present, not E x T (an empty tile is never visited). Every program reads the E
@@ -457,13 +458,24 @@ def _fp8_group_kernel(
             )  # fmt: skip
             t += tl.num_programs(0)
     else:
+        # one program per tile slot; masked, a program whose rows are all absent (and hold no
+        # padding scale row) returns at once: cheaper than the work list while the slots fit in
+        # what the GPU holds at once (experiment G and the publishing run of 334cdbf)
         pid = tl.program_id(0)
-        _fp8_group_tile(
-            tl.program_id(1), pid // G_TILES, pid % G_TILES, T,
-            x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
-            stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
-            N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
-        )  # fmt: skip
+        e = tl.program_id(1)
+        n_rows = T
+        run = True
+        if HAS_MASK:
+            n_rows = tl.minimum(tl.maximum(tl.load(masked_m_ptr + e).to(tl.int32), 0), T)
+            first = (pid // G_TILES) * BLOCK_M
+            run = (first < n_rows) | ((first + BLOCK_M > T) & (first < T_PAD))
+        if run:
+            _fp8_group_tile(
+                e, pid // G_TILES, pid % G_TILES, n_rows,
+                x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
+                stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
+                N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
+            )  # fmt: skip
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()
 
@@ -749,12 +761,14 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
     interpreted = _backend.uses_interpreter(device)
     block_m, block_g, warps = _launch_config(T, G, group_size, interpreted)
     tiles = triton.cdiv(t_pad, block_m) * triton.cdiv(G, block_g)
-    if masked_m is None:
-        grid = (tiles, E)
+    resident = _resident_programs(device, interpreted) if masked_m is not None else 0
+    work_list = masked_m is not None and E * tiles > resident
+    if work_list:
+        # more tile slots than the GPU holds at once: a work list over the tiles present
+        # (``_fp8_group_kernel``) on a grid of what it holds
+        grid = (resident, 1)
     else:
-        # a work list over the tiles present (``_fp8_group_kernel``): at most one program per
-        # tile slot, at most what the GPU holds at once
-        grid = (max(1, min(E * tiles, _resident_programs(device, interpreted))), 1)
+        grid = (tiles, E)
     s_extent = sum((n - 1) * st for n, st in zip((E, t_pad, G), s_strides, strict=True)) + 1
     int64 = (
         max(E * max(x3.stride(0), 1), T * max(x3.stride(1), 1), E * q3.stride(0), T * q3.stride(1), s_extent)
@@ -788,7 +802,8 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         UE8M0=ue8m0,
         BLOCK_M=block_m,
         BLOCK_G=block_g,
-        E_POW2=triton.next_power_of_2(E) if masked_m is not None else 1,
+        E_POW2=triton.next_power_of_2(E) if work_list else 1,
+        WORK_LIST=work_list,
         INT64=int64,
         PAIR_WORDS=act == ACT_INTERLEAVED and _pair_words(x3),
         USE_PDL=enable_pdl,
