@@ -441,6 +441,60 @@ def masked_large() -> list[dict]:
     return rows
 
 
+# Experiment H (2026-12-01): tiles of the final kernel (elements a program, warps) at the sizes the
+# sweep times, the default 2048 / 4 warps against larger programs (fewer programs, the per-program
+# work amortized over more elements) and a smaller one; and torch.compile's max-autotune mode of the
+# FP8 reference (the review of the session's numbers: only the default mode was timed).
+H_TILES = [None, (1024, 4), (4096, 4), (4096, 8), (8192, 8)]
+
+
+def tiles_h() -> list[dict]:
+    rows = []
+    cases = {c["name"]: c for c in fp8_bench.fp8_cases()}
+    names = [f"M49152_N{n}_{lay}" for n in (3072, 1536) for lay in ("il", "nil")]
+    names += ["M49152_N3072_il_colmajor", "M8192_N3072_nil", "M1024_N1536_nil"]
+    names += [n for n in cases if n.startswith("masked")]
+    for name in tqdm(names, desc="fp8 tiles H"):
+        case = cases[name]
+        calls, ref = {}, None
+        for tile in H_TILES:
+            call, nbytes, _ = _fused_call(case, True, tile)
+            got = tuple(t.clone() for t in fp8_bench.present_rows(case, *call()))
+            if ref is None:
+                ref = got
+            assert bits_equal(got[0], ref[0]) and bits_equal(got[1], ref[1]), (name, tile)
+            calls["default" if tile is None else f"{tile[0]}/{tile[1]}w"] = call
+        rows.append({"case": name, "bytes": fp8_bench.fp8_bytes(case), **_timings(calls, fp8_bench.fp8_bytes(case))})
+    return rows
+
+
+def compile_modes() -> list[dict]:
+    from inkling_kernels.reference import silu_and_mul_fp8_group_quant_ref
+
+    rows = []
+    for N, column_major in tqdm(((3072, False), (3072, True), (1536, False)), desc="compile modes"):
+        g = torch.randn((49152, 2 * N), device="cuda").bfloat16()
+
+        def fn(gateup, column_major=column_major):
+            q, s = silu_and_mul_fp8_group_quant_ref(gateup, interleaved=False, group_size=128)
+            return q, (s.t().contiguous() if column_major else s)
+
+        calls = {}
+        for mode in ("default", "max-autotune-no-cudagraphs"):
+            t0 = time.perf_counter()
+            c = torch.compile(fn, dynamic=False, mode=None if mode == "default" else mode)
+            c(g)
+            torch.cuda.synchronize()
+            calls[mode] = lambda c=c: c(g)
+            print(f"N={N} column_major={column_major} {mode}: compiled in {time.perf_counter() - t0:.0f} s", flush=True)
+        fused = fp8_mod.silu_and_mul_fp8_group_quant
+        out = fused(g, interleaved=False, column_major_scales=column_major)
+        calls["fused"] = lambda: fused(g, interleaved=False, column_major_scales=column_major, out=out)
+        rows.append({"N": N, "column_major": column_major, **_timings(calls)})
+        torch._dynamo.reset()
+    return rows
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
     steps = argv[1].split(",") if len(argv) > 1 else ["e4m3", "fp8", "decode", "host"]
@@ -466,6 +520,8 @@ def main(argv: list[str]) -> int:
                 "fp8f": fp8f,
                 "decode_tiles": decode_tiles,
                 "masked_large": masked_large,
+                "tiles_h": tiles_h,
+                "compile_modes": compile_modes,
                 "ragged": ragged,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
