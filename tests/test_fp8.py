@@ -343,7 +343,8 @@ def test_masked_rows_skipped_and_padding_zeroed(gen, device):
 @pytest.mark.parametrize("programs", [1, 3, 1000])
 def test_masked_work_list_over_tiles_and_grids(gen, device, monkeypatch, tile, programs):
     """The masked layout runs a work list of the tiles holding a present row or a padding scale
-    row, shared out over a grid of at most ``_resident_programs`` programs: every tile size
+    row, shared out over a grid of ``_resident_programs`` programs once the tile slots exceed four
+    times that (else one program per slot, returning at once when empty): every tile size
     (rows a program, groups a program) and grid (one program doing every tile, a few, more than
     there are tiles) gives the unfused bits on the rows present, the zero padding of a column-major
     buffer (T = 7 pads to 8) and the poison everywhere else; counts above T, negative and zero
