@@ -9,12 +9,13 @@ only the e4m3 bytes (N) and the scales (4N/group_size).
 Both paths run :func:`_fp8_group_kernel` and follow
 :data:`inkling_kernels.reference.FP8_GROUP_FORMULA` exactly. The fused path computes silu*mul
 with the shared ``_silu_mul`` helper and rounds it to the activation dtype in registers, exactly
-where the unfused path stores it, so fused == unfused bit for bit. The scale and its reciprocal
-are IEEE divisions (``tl.math.div_rn``; Triton's ``/`` is not, on the GPU); ``y / s`` is too,
-except compiled with 16-bit activations, where a reciprocal product with one fma correction gives
-the same e4m3 byte on every reachable input pair (``_div_by_scale``, ``division_mismatches``;
-the fp32 quotient itself can differ by an ulp below 2**-10, where every byte is a signed zero).
-The rounding to e4m3 has two
+where the unfused path stores it, so fused == unfused bit for bit (compiled, its sigmoid uses a
+flushing exponential with the same bits on every fp32 input: ``sigmoid_paths_mismatches``). The
+scale and its reciprocal are IEEE divisions (``tl.math.div_rn``; Triton's ``/`` is not, on the
+GPU); ``y / s`` is too, except compiled with 16-bit activations, where the split reciprocal
+``fma(y, r_hi, y * r_lo)`` gives the same e4m3 byte on every reachable input pair
+(``_div_by_scale``, ``division_mismatches``; the fp32 quotient itself can differ by an ulp, which
+never changes a byte). The rounding to e4m3 has two
 implementations that produce the same byte for every one of the 2**32 fp32 inputs (checked
 exhaustively on the GPU by ``e4m3_paths_mismatches``): on sm_89+ GPUs the hardware conversion
 ``cvt.rn.satfinite.e4m3x2.f32`` (``_e4m3_hw``), under Triton's interpreter integer operations
