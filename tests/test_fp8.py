@@ -380,6 +380,42 @@ def test_masked_work_list_over_tiles_and_grids(gen, device, monkeypatch, tile, p
             assert bool((_scale_buffer(s, True).cpu()[..., T:] == 0).all())
 
 
+def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
+    """The compiled launch heuristic: at decode (rows <= 64) a program covers one row and at most
+    512 elements (experiment G); past decode 2048 elements. The masked layout runs the work list
+    exactly when its tile slots exceed four times the resident programs (experiment H), on a grid
+    of that many programs; otherwise one program per slot, grid (slots, E)."""
+    from inkling_kernels import _backend
+    from inkling_kernels import fp8 as fp8_mod
+
+    for G, group in ((12, 128), (24, 128), (48, 64), (8, 16)):
+        bm, bg, warps = fp8_mod._launch_config(16, G, group, False)
+        assert bm == 1 and bg * group <= 512 and G % bg == 0 and warps == 4, (G, group)
+        bm, bg, warps = fp8_mod._launch_config(4096, G, group, False)
+        assert bm * bg * group == 2048 or bg * group > 2048, (G, group)
+    seen = []
+    monkeypatch.setattr(_backend, "launch", lambda kernel, grid, device, *a, **kw: seen.append((grid, kw)))
+    monkeypatch.setattr(_backend, "uses_interpreter", lambda device: False)
+    monkeypatch.setattr(
+        fp8_mod,
+        "_kernel_flags",
+        lambda device, dtype, interpreted: {"HW": True, "DIV": 2, "FTZ_EXP": True, "BF16_BITS": True},
+    )
+    monkeypatch.setattr(fp8_mod, "_resident_programs", lambda device, interpreted: 100)
+    monkeypatch.setattr(fp8_mod, "_launch_config", lambda rows, G, group, interpreted: (4, 2, 4))
+    # 8 experts x T/4 row tiles x 1 group tile: 400 slots (4 x 100) at T = 200, 408 at T = 204
+    for T, want_list in ((200, False), (204, True)):
+        gateup = torch.randn((8, T, 512)).to(torch.bfloat16)  # never launched (the launch is stubbed)
+        counts = torch.full((8,), T, dtype=torch.int32)
+        seen.clear()
+        silu_and_mul_fp8_group_quant(gateup, masked_m=counts, enable_pdl=False)
+        ((grid, kw),) = seen
+        slots = 8 * (T // 4)
+        assert kw["WORK_LIST"] is want_list and (slots > 400) is want_list, (T, slots)
+        assert grid == ((100, 1) if want_list else (T // 4, 8)), grid
+        assert kw["E_POW2"] == (8 if want_list else 1)
+
+
 def test_zero_rows_and_empty_experts(device):
     q, s = fp8_group_quant(torch.empty((0, 256), dtype=torch.bfloat16, device=device), column_major_scales=True)
     assert q.shape == (0, 256) and s.shape == (0, 2)
