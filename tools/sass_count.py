@@ -1,0 +1,87 @@
+"""Offline instruction counts of the fused FP8 kernel (no GPU needed): compile one program of
+``_fp8_group_kernel`` for sm_90 with Triton's own ptxas, disassemble it with its cuobjdump and count
+the SASS instructions up to the first ``EXIT`` (the never-taken slow path of ``div_rn`` after it
+is left out), for the kernel's switches (experiments D and F in ``data/tuning_log.md``).
+
+    python tools/sass_count.py OUT_JSON
+
+One program: 16 rows x 1 group of 128 (2048 elements, 4 warps: 16 a thread), N = 3072, bf16,
+the 16-byte divisibility the launcher specializes, PDL on.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from inkling_kernels import fp8 as fp8_mod
+
+INTS = ["stride_xe", "stride_xm", "stride_qe", "stride_qm", "stride_we", "stride_wm", "stride_se", "stride_sm"]
+INTS += ["stride_sg", "E"]
+
+# name -> constexpr overrides; "published": the kernel of 72ae121 (experiment D's), "new": the package's
+VARIANTS = {
+    "nil, published": dict(DIV=1, FTZ_EXP=False, BF16_BITS=False),
+    "nil, split division": dict(DIV=2, FTZ_EXP=False, BF16_BITS=False),
+    "nil, split + flushing exp": dict(DIV=2, FTZ_EXP=True, BF16_BITS=False),
+    "nil, new": dict(DIV=2, FTZ_EXP=True, BF16_BITS=True),
+    "nil UE8M0, published": dict(UE8M0=True, DIV=1, FTZ_EXP=False, BF16_BITS=False),
+    "nil UE8M0, new": dict(UE8M0=True, DIV=2, FTZ_EXP=True, BF16_BITS=True),
+    "il, published": dict(ACT=1, PAIR_WORDS=True, DIV=1, FTZ_EXP=False, BF16_BITS=False),
+    "il, new": dict(ACT=1, PAIR_WORDS=True, DIV=2, FTZ_EXP=True, BF16_BITS=True),
+    "quantizer alone, published": dict(ACT=0, DIV=1, FTZ_EXP=False, BF16_BITS=False),
+    "quantizer alone, new": dict(ACT=0, DIV=2, FTZ_EXP=True, BF16_BITS=True),
+}
+
+
+def compile_program(**over):
+    sig = {"x_ptr": "*bf16", "w_ptr": "*fp32", "masked_m_ptr": "*i32", "q_ptr": "*u8", "s_ptr": "*fp32"}
+    sig |= {"T": "i32", "T_PAD": "i32"} | dict.fromkeys(INTS, "i32")
+    consts = dict(N=3072, GROUP=128, ACT=2, HAS_WEIGHT=False, HAS_MASK=False, UE8M0=False, BLOCK_M=16, BLOCK_G=1)
+    consts |= dict(E_POW2=1, WORK_LIST=False, INT64=False, USE_PDL=True, HW=True, DIV=2, PAIR_WORDS=False)
+    consts |= dict(FTZ_EXP=True, BF16_BITS=True) | over
+    sig |= dict.fromkeys(consts, "constexpr")
+    attrs = {(i,): [["tt.divisibility", 16]] for i in [0, 1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15]}
+    src = ASTSource(fp8_mod._fp8_group_kernel, sig, consts, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "launch_pdl": True})
+
+
+def sass_opcodes(compiled) -> list[str]:
+    tool = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        Path(path).write_bytes(compiled.asm["cubin"])
+        out = subprocess.run([str(tool), "-sass", path], capture_output=True, text=True, check=True).stdout
+    lines = [line for line in out.splitlines() if re.match(r"\s+/\*[0-9a-f]{4}\*/", line)]
+    ops = [re.sub(r"^\s+/\*[0-9a-f]+\*/\s+(@!?U?P\w+\s+)?", "", line).split()[0].rstrip(";") for line in lines]
+    ops = [op for op in ops if op != "NOP"]
+    return ops[: ops.index("EXIT") + 1]
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    record = {"program": "16 rows x 128 (2048 elements), 4 warps, N = 3072, bf16, sm_90", "triton": triton.__version__}
+    record["counts"] = {}
+    for name, over in VARIANTS.items():
+        ops = sass_opcodes(compile_program(**over))
+        top = collections.Counter(op.split(".")[0] for op in ops).most_common(8)
+        record["counts"][name] = {"instructions_to_exit": len(ops), "top_opcodes": dict(top)}
+        print(f"{name:30} {len(ops):4d}", flush=True)
+    Path(argv[0]).write_text(json.dumps(record, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
