@@ -6,7 +6,7 @@ arithmetic and the fma done exactly through float64 (a two-sum fixes the one cas
 hold: a sum that lands on a float32 midpoint). Negative controls on a 1% sample of the maxima: the
 plain product with ``r = RN(1/s)`` and with ``r_hi`` alone must show byte mismatches.
 
-    python tools/division_emulation.py OUT_JSON        (about 10 minutes on one core)
+    python tools/division_emulation.py OUT_JSON        (about a minute on one core)
 """
 
 from __future__ import annotations
