@@ -548,10 +548,9 @@ def _check_sm89(device) -> torch.device:
     return device
 
 
-def e4m3_paths_mismatches(start: int = 0, count: int = 2**32, device="cuda", _perturb: bool = False) -> int:
-    """How many fp32 bit patterns in ``[start, start + count)`` the hardware conversion and the
-    integer rounding map to different e4m3 bytes (0 is the claim; the default covers all 2**32).
-    Needs an sm_89+ GPU. ``_perturb`` (tests only) corrupts the hardware byte of 1.0."""
+def _count_fp32_patterns(kernel, start: int, count: int, device, perturb: bool) -> int:
+    """Run a counting kernel (``_e4m3_paths_kernel``, ``_sigmoid_paths_kernel``) over the fp32 bit
+    patterns ``[start, start + count)``, a chunk of 2**30 a launch, and return its count."""
     device = _check_sm89(device)
     block, iters = 1024, 64
     per_program = block * iters
@@ -561,8 +560,15 @@ def e4m3_paths_mismatches(start: int = 0, count: int = 2**32, device="cuda", _pe
     chunk = 2**30
     for lo in range(start, start + count, chunk):
         n = min(chunk, start + count - lo)
-        _e4m3_paths_kernel[(n // per_program,)](lo, total, BLOCK=block, ITERS=iters, PERTURB=_perturb)
+        kernel[(n // per_program,)](lo, total, BLOCK=block, ITERS=iters, PERTURB=perturb)
     return int(total.item())
+
+
+def e4m3_paths_mismatches(start: int = 0, count: int = 2**32, device="cuda", _perturb: bool = False) -> int:
+    """How many fp32 bit patterns in ``[start, start + count)`` the hardware conversion and the
+    integer rounding map to different e4m3 bytes (0 is the claim; the default covers all 2**32).
+    Needs an sm_89+ GPU. ``_perturb`` (tests only) corrupts the hardware byte of 1.0."""
+    return _count_fp32_patterns(_e4m3_paths_kernel, start, count, device, _perturb)
 
 
 def sigmoid_paths_mismatches(start: int = 0, count: int = 2**32, device="cuda", _perturb: bool = False) -> int:
@@ -571,17 +577,7 @@ def sigmoid_paths_mismatches(start: int = 0, count: int = 2**32, device="cuda", 
     FP8 kernel's compiled path) than with Triton's ``exp`` (every other kernel, helion's
     included). 0 is the claim; the default covers all 2**32. Needs a CUDA GPU (sm_89+, like the
     kernel that uses it). ``_perturb`` (tests only) flips a bit of the result at g = 1.0."""
-    device = _check_sm89(device)
-    block, iters = 1024, 64
-    per_program = block * iters
-    if start % per_program or count % per_program:
-        raise ValueError(f"start and count must be multiples of {per_program}")
-    total = torch.zeros(1, dtype=torch.int32, device=device)
-    chunk = 2**30
-    for lo in range(start, start + count, chunk):
-        n = min(chunk, start + count - lo)
-        _sigmoid_paths_kernel[(n // per_program,)](lo, total, BLOCK=block, ITERS=iters, PERTURB=_perturb)
-    return int(total.item())
+    return _count_fp32_patterns(_sigmoid_paths_kernel, start, count, device, _perturb)
 
 
 def division_mismatches(

@@ -216,16 +216,16 @@ def division() -> dict:
     return out
 
 
-def fp8d() -> dict:
+def _variant_rows(names: list[str], variants: dict, desc: str) -> dict:
+    """Each case of ``names`` with every kernel variant of ``variants`` (constexpr switches), the
+    unfused pair and, at decode, ``silu_and_mul`` alone, timed in the same passes; every variant's
+    present rows compared bit for bit with the first variant's before timing."""
     rows = []
     cases = {c["name"]: c for c in fp8_bench.fp8_cases()}
-    names = [f"M49152_N{n}_{lay}" for n in (1536, 3072) for lay in ("il", "nil")]
-    names += ["M49152_N3072_il_colmajor_ue8m0", "M49152_N1536_nil_colmajor_ue8m0"]
-    names += ["M16_N1536_il", "M16_N3072_nil"] + [n for n in cases if n.startswith("masked")]
-    for name in tqdm(names, desc="fp8 variants"):
+    for name in tqdm(names, desc=desc):
         case = cases[name]
         calls, ref = {}, None
-        for v, flags in D_VARIANTS.items():
+        for v, flags in variants.items():
             call, nbytes, impls = _fused_call(case, flags, None)
             got = tuple(t.clone() for t in fp8_bench.present_rows(case, *call()))
             if ref is None:
@@ -242,6 +242,15 @@ def fp8d() -> dict:
         "rows": rows,
         "ceilings": {n: bench.stream_ceiling(49152 * n, out_dtype=torch.uint8) for n in (1536, 3072)},
     }
+
+
+def fp8d() -> dict:
+    names = [f"M49152_N{n}_{lay}" for n in (1536, 3072) for lay in ("il", "nil")]
+    names += ["M49152_N3072_il_colmajor_ue8m0", "M49152_N1536_nil_colmajor_ue8m0"]
+    names += ["M16_N1536_il", "M16_N3072_nil"] + [
+        c["name"] for c in fp8_bench.fp8_cases() if c["name"].startswith("masked")
+    ]
+    return _variant_rows(names, D_VARIANTS, "fp8 variants")
 
 
 def ragged() -> list[dict]:
@@ -347,30 +356,9 @@ def fp8f() -> dict:
     """The three variants of ``F_VARIANTS`` in the same passes, with the unfused pair, at every
     M = 49152 case, M = 1024, decode (with ``silu_and_mul`` alone) and the masked cases; each
     variant's present rows compared bit for bit with the published kernel's before timing."""
-    rows = []
     cases = fp8_bench.fp8_cases()
     names = [c["name"] for c in cases if c["M"] in (49152, 1024, 16) or c["name"].startswith("masked")]
-    cases = {c["name"]: c for c in cases}
-    for name in tqdm(names, desc="fp8 variants F"):
-        case = cases[name]
-        calls, ref = {}, None
-        for v, flags in F_VARIANTS.items():
-            call, nbytes, impls = _fused_call(case, flags, None)
-            got = tuple(t.clone() for t in fp8_bench.present_rows(case, *call()))
-            if ref is None:
-                ref = got
-            assert bits_equal(got[0], ref[0]) and bits_equal(got[1], ref[1]), (name, v)
-            calls[v] = call
-        calls["unfused"] = impls["unfused"][0]
-        if case["M"] <= 16:
-            g = torch.randn((case["M"], 2 * case["N"]), device="cuda").bfloat16()
-            o = torch.empty((case["M"], case["N"]), device="cuda", dtype=torch.bfloat16)
-            calls["silu_and_mul"] = lambda g=g, o=o, il=case["interleaved"]: silu_and_mul(g, interleaved=il, out=o)
-        rows.append({"case": name, "bytes": fp8_bench.fp8_bytes(case), **_timings(calls, fp8_bench.fp8_bytes(case))})
-    return {
-        "rows": rows,
-        "ceilings": {n: bench.stream_ceiling(49152 * n, out_dtype=torch.uint8) for n in (1536, 3072)},
-    }
+    return _variant_rows(names, F_VARIANTS, "fp8 variants F")
 
 
 # Experiment G (2026-12-01): decode tiles of the fused FP8 kernel (groups a program, warps) next
