@@ -117,6 +117,65 @@ def _recip_split(s):
     return r_hi, tl.fma(-r_hi, s, 1.0) * r_hi
 
 
+# fp32 RN(1 / 448), the constant of ``_scale_fast`` (0x3B124925)
+_INV_448 = tl.constexpr(0.002232142857142857)
+
+
+@triton.jit
+def _rcp_approx(x):
+    """``rcp.approx.ftz.f32``: one MUFU.RCP (within an ulp of ``1 / x``)."""
+    return tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _scale_fast(amax):
+    """``div_rn(amax, 448)`` without the division's range check and slow path: the product with
+    ``RN(1 / 448)``, corrected once by its exact fma residual. Equal bit for bit to the IEEE
+    quotient for every fp32 ``amax`` in ``[eps, FLT_MAX]`` (all the kernel can meet, whatever the
+    dtype): ``scale_paths_mismatches`` checks them all on the GPU."""
+    q = amax * _INV_448
+    return tl.fma(tl.fma(-q, 448.0, amax), _INV_448, q)
+
+
+@triton.jit
+def _recip_split_fast(s, NEWTON: tl.constexpr = True):
+    """:func:`_recip_split`'s ``(r_hi, r_lo)`` from one MUFU.RCP and one Newton step instead of
+    ``div_rn(1, s)``: the Newton result is within an ulp of ``1 / s``, so it is ``1 / s`` rounded
+    down or up, and the sign of the exact residual ``1 - r s`` says which (a step down where it
+    is negative). The same bits as ``_recip_split`` for every scale ``_scale_fast`` can produce
+    (``scale_paths_mismatches``)."""
+    ns = -s  # once, not an fadd before each residual
+    r = _rcp_approx(s)
+    if NEWTON:  # (scale_paths_mismatches also counts the path without it)
+        r = tl.fma(r, tl.fma(r, ns, 1.0), r)
+    up = tl.fma(r, ns, 1.0) < 0
+    r_hi = tl.where(up, (r.to(tl.int32, bitcast=True) - 1).to(tl.float32, bitcast=True), r)
+    return r_hi, tl.fma(r_hi, ns, 1.0) * r_hi
+
+
+@triton.jit
+def _store_scale_asm(ptr, value, pred):
+    """``st.global.b32`` of ``value`` at ``ptr`` where ``pred`` is nonzero, from whatever layout the
+    operands have: the group maximum's own (every lane of a group holds its scale after the
+    butterfly), so no shared-memory round trip and barrier re-lay the scales out first, as
+    ``tl.store`` does. Returns a dummy 0 (not pure: never removed)."""
+    return tl.inline_asm_elementwise(
+        """
+        {
+        .reg .pred p;
+        setp.ne.b32 p, $3, 0;
+        @p st.global.b32 [$1], $2;
+        mov.b32 $0, 0;
+        }
+        """,
+        "=r,l,r,r",
+        [ptr.to(tl.int64), value.to(tl.int32, bitcast=True), pred.to(tl.int32)],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
 @triton.jit
 def _div_by_scale(y, s, r, r_lo, DIV: tl.constexpr):
     """``y / s`` for a group scale ``s``, without a division an element (except ``DIV_IEEE``,
@@ -207,6 +266,50 @@ def _sigmoid_paths_kernel(start, count_ptr, BLOCK: tl.constexpr, ITERS: tl.const
 
 
 @triton.jit
+def _scale_paths_kernel(start, count_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr, PERTURB: tl.constexpr):
+    """Over the fp32 bit patterns ``start + [0, BLOCK * ITERS * programs)`` taken as a group
+    maximum ``amax``, those in the kernel's domain ``[eps, FLT_MAX]`` only, counts where the
+    ``FAST_SCALE`` path differs from the ``div_rn`` path: ``count_ptr[0]`` the scale
+    (``_scale_fast`` against ``div_rn(amax, 448)``), ``[1]`` the split reciprocal of that scale
+    (``_recip_split_fast`` against ``_recip_split``, either half), ``[2]`` the same without the
+    Newton step (for the record), ``[3]`` UE8M0's reciprocal of ``2 ** ceil(log2(s))`` on the
+    exponent bits against ``div_rn(1, s)``. No memory is read. ``PERTURB`` flips a bit of the
+    fast scale at amax = 1.0."""
+    base = start + tl.program_id(0).to(tl.int64) * (BLOCK * ITERS)
+    bad_s = tl.zeros((BLOCK,), tl.int32)
+    bad_r = tl.zeros((BLOCK,), tl.int32)
+    bad_r1 = tl.zeros((BLOCK,), tl.int32)
+    bad_u = tl.zeros((BLOCK,), tl.int32)
+    one = tl.full((BLOCK,), 1.0, tl.float32)
+    for i in range(ITERS):
+        bits = ((base + i * BLOCK + tl.arange(0, BLOCK)) & 0xFFFFFFFF).to(tl.uint32)
+        amax = bits.to(tl.int32, bitcast=True).to(tl.float32, bitcast=True)
+        ok = (amax >= 1e-10) & (amax <= 3.4028234663852886e38)
+        ref = tl.math.div_rn(amax, one * 448.0)
+        fast = _scale_fast(amax)
+        if PERTURB:
+            fast = tl.where(bits == 0x3F800000, fast * 1.0000001, fast)  # one float up
+        bad_s += (ok & (fast.to(tl.int32, bitcast=True) != ref.to(tl.int32, bitcast=True))).to(tl.int32)
+        r_ref, lo_ref = _recip_split(ref)
+        r_new, lo_new = _recip_split_fast(ref)
+        r_one, lo_one = _recip_split_fast(ref, False)
+        i_ref = r_ref.to(tl.int32, bitcast=True)
+        l_ref = lo_ref.to(tl.int32, bitcast=True)
+        miss = (r_new.to(tl.int32, bitcast=True) != i_ref) | (lo_new.to(tl.int32, bitcast=True) != l_ref)
+        bad_r += (ok & miss).to(tl.int32)
+        miss = (r_one.to(tl.int32, bitcast=True) != i_ref) | (lo_one.to(tl.int32, bitcast=True) != l_ref)
+        bad_r1 += (ok & miss).to(tl.int32)
+        sb = ref.to(tl.int32, bitcast=True)
+        sb = ((sb >> 23) + ((sb & 0x7FFFFF) != 0).to(tl.int32)) << 23
+        u_ref = tl.math.div_rn(one, sb.to(tl.float32, bitcast=True)).to(tl.int32, bitcast=True)
+        bad_u += (ok & (((254 << 23) - sb) != u_ref)).to(tl.int32)
+    tl.atomic_add(count_ptr, tl.sum(bad_s, axis=0))
+    tl.atomic_add(count_ptr + 1, tl.sum(bad_r, axis=0))
+    tl.atomic_add(count_ptr + 2, tl.sum(bad_r1, axis=0))
+    tl.atomic_add(count_ptr + 3, tl.sum(bad_u, axis=0))
+
+
+@triton.jit
 def _division_paths_kernel(
     y_ptr, amax_ptr, count_ptr, n_y, DIV: tl.constexpr, BLOCK: tl.constexpr, PERTURB: tl.constexpr
 ):
@@ -286,6 +389,8 @@ def _fp8_group_tile(
     PAIR_WORDS: tl.constexpr,
     FTZ_EXP: tl.constexpr,
     BF16_BITS: tl.constexpr,
+    FAST_SCALE: tl.constexpr,
+    SCALE_ASM: tl.constexpr,
 ):
     """One ``[BLOCK_M rows, BLOCK_G groups]`` tile of :func:`_fp8_group_kernel`."""
     G: tl.constexpr = N // GROUP
@@ -351,12 +456,22 @@ def _fp8_group_tile(
         mag = tl.where(mag > 0x7F800000, 0, mag)
         amax = tl.minimum(tl.max(mag, axis=2), 0x7F7FFFFF).to(tl.float32, bitcast=True)
     amax = tl.maximum(amax, 1e-10)
-    s = tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32))
+    if FAST_SCALE:
+        s = _scale_fast(amax)
+    else:
+        s = tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32))
     if UE8M0:
         # 2 ** ceil(log2(s)) exactly, on the bits: s is a positive normal float (>= 1e-10 / 448)
         sb = s.to(tl.int32, bitcast=True)
-        s = (((sb >> 23) + ((sb & 0x7FFFFF) != 0).to(tl.int32)) << 23).to(tl.float32, bitcast=True)
-    if DIV == 2 and not UE8M0:
+        sb = ((sb >> 23) + ((sb & 0x7FFFFF) != 0).to(tl.int32)) << 23
+        s = sb.to(tl.float32, bitcast=True)
+    if UE8M0 and FAST_SCALE:
+        # the reciprocal of 2**k is 2**-k, exact: exponent fields sum to 254
+        r = ((254 << 23) - sb).to(tl.float32, bitcast=True)
+        r_lo = r
+    elif DIV == 2 and not UE8M0 and FAST_SCALE:
+        r, r_lo = _recip_split_fast(s)  # once a group
+    elif DIV == 2 and not UE8M0:
         r, r_lo = _recip_split(s)  # once a group
     else:
         r = tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)  # once a group
@@ -383,7 +498,17 @@ def _fp8_group_tile(
     tl.store(q_ptr + q_off, q, mask=mask)
     s = tl.where(valid[:, None], s, 0.0)
     s_off = e * stride_se + rows[:, None] * stride_sm + g[None, :] * stride_sg
-    tl.store(s_ptr + s_off, s, mask=(valid | pad)[:, None] & g_ok[None, :])
+    s_mask = (valid | pad)[:, None] & g_ok[None, :]
+    if SCALE_ASM:
+        # from the group's first element, in the layout the maximum came in (decode tiles)
+        first = (tl.arange(0, GROUP) == 0)[None, None, :]
+        _store_scale_asm(
+            tl.broadcast_to((s_ptr + s_off)[:, :, None], y.shape),
+            tl.broadcast_to(s[:, :, None], y.shape),
+            s_mask[:, :, None] & first,
+        )
+    else:
+        tl.store(s_ptr + s_off, s, mask=s_mask)
 
 
 @triton.jit(do_not_specialize=["T", "T_PAD", "E"])
@@ -422,6 +547,8 @@ def _fp8_group_kernel(
     PAIR_WORDS: tl.constexpr,  # interleaved 16-bit pairs 4-byte aligned: read as 32-bit words
     FTZ_EXP: tl.constexpr,  # compiled: the sigmoid's exponential as one MUFU.EX2 (same bits)
     BF16_BITS: tl.constexpr,  # compiled, bf16: widen and round on the bits (same values)
+    FAST_SCALE: tl.constexpr,  # compiled: scale and reciprocal without div_rn (same bits)
+    SCALE_ASM: tl.constexpr,  # compiled, decode tiles: scales stored from the reduction's layout
 ):
     G: tl.constexpr = N // GROUP
     G_TILES: tl.constexpr = (G + BLOCK_G - 1) // BLOCK_G
@@ -456,6 +583,7 @@ def _fp8_group_kernel(
                 x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
                 stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
                 N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
+                FAST_SCALE, SCALE_ASM,
             )  # fmt: skip
             t += tl.num_programs(0)
     else:
@@ -476,6 +604,7 @@ def _fp8_group_kernel(
                 x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
                 stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
                 N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
+                FAST_SCALE, SCALE_ASM,
             )  # fmt: skip
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -487,6 +616,9 @@ def _fp8_group_kernel(
 
 def _round_up(v, m: int):
     return (v + m - 1) // m * m
+
+
+DECODE_ROWS = 64  # rows (tokens, per expert when masked) up to which a launch is a decode launch
 
 
 def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[int, int, int]:
@@ -502,7 +634,7 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
     block_g = 1
     while block_g * 2 * group <= 1024 and G % (block_g * 2) == 0:
         block_g *= 2
-    if rows <= 64:
+    if rows <= DECODE_ROWS:
         # decode: at most 512 elements a program (experiment G: 4 groups of 128 beat 8 by 0.01-0.06
         # us at N = 3072, M <= 16; one- and two-warp programs were slower everywhere)
         return 1, min(block_g, max(1, 512 // group)), 4
@@ -531,7 +663,14 @@ def _kernel_flags(device: torch.device, dtype: torch.dtype, interpreted: bool) -
     """The constexpr switches of ``_fp8_group_kernel`` for one launch (none changes a bit)."""
     hw = not interpreted and _hw_e4m3(device)
     div = DIV_16BIT if hw and dtype in (torch.bfloat16, torch.float16) else DIV_IEEE
-    return {"HW": hw, "DIV": div, "FTZ_EXP": hw, "BF16_BITS": hw and dtype == torch.bfloat16}
+    return {
+        "HW": hw,
+        "DIV": div,
+        "FTZ_EXP": hw,
+        "BF16_BITS": hw and dtype == torch.bfloat16,
+        "FAST_SCALE": hw,
+        "SCALE_ASM": hw,  # decode tiles only: the launcher turns it off past DECODE_ROWS
+    }
 
 
 def _pair_words(x3: torch.Tensor) -> bool:
@@ -548,20 +687,21 @@ def _check_sm89(device) -> torch.device:
     return device
 
 
-def _count_fp32_patterns(kernel, start: int, count: int, device, perturb: bool) -> int:
-    """Run a counting kernel (``_e4m3_paths_kernel``, ``_sigmoid_paths_kernel``) over the fp32 bit
-    patterns ``[start, start + count)``, a chunk of 2**30 a launch, and return its count."""
+def _count_fp32_patterns(kernel, start: int, count: int, device, perturb: bool, counters: int = 1):
+    """Run a counting kernel (``_e4m3_paths_kernel``, ``_sigmoid_paths_kernel``,
+    ``_scale_paths_kernel``) over the fp32 bit patterns ``[start, start + count)``, a chunk of
+    2**30 a launch, and return its count (a tuple of ``counters`` counts when more than one)."""
     device = _check_sm89(device)
     block, iters = 1024, 64
     per_program = block * iters
     if start % per_program or count % per_program:
         raise ValueError(f"start and count must be multiples of {per_program}")
-    total = torch.zeros(1, dtype=torch.int32, device=device)
+    total = torch.zeros(counters, dtype=torch.int32, device=device)
     chunk = 2**30
     for lo in range(start, start + count, chunk):
         n = min(chunk, start + count - lo)
         kernel[(n // per_program,)](lo, total, BLOCK=block, ITERS=iters, PERTURB=perturb)
-    return int(total.item())
+    return int(total.item()) if counters == 1 else tuple(total.tolist())
 
 
 def e4m3_paths_mismatches(start: int = 0, count: int = 2**32, device="cuda", _perturb: bool = False) -> int:
@@ -578,6 +718,18 @@ def sigmoid_paths_mismatches(start: int = 0, count: int = 2**32, device="cuda", 
     included). 0 is the claim; the default covers all 2**32. Needs a CUDA GPU (sm_89+, like the
     kernel that uses it). ``_perturb`` (tests only) flips a bit of the result at g = 1.0."""
     return _count_fp32_patterns(_sigmoid_paths_kernel, start, count, device, _perturb)
+
+
+def scale_paths_mismatches(device="cuda", _perturb: bool = False) -> tuple[int, int, int, int]:
+    """The ``FAST_SCALE`` path against the ``div_rn`` path for every group maximum the kernel can
+    meet: each fp32 ``amax`` in ``[eps, FLT_MAX]`` (about 1.34e9 values; the kernel floors at eps
+    and caps +-Inf at FLT_MAX, whatever the activation dtype). Returns the counts of maxima where
+    (1) the scale differs from ``div_rn(amax, 448)``, (2) the split reciprocal of that scale
+    differs from ``_recip_split``'s (either half), (3) the same without the Newton step (not
+    used: for the record) and (4) UE8M0's reciprocal on the exponent bits differs from
+    ``div_rn(1, s)``. The claim is (0, 0, *, 0). Needs an sm_89+ GPU. ``_perturb`` (tests only)
+    flips a bit of the fast scale at amax = 1.0."""
+    return _count_fp32_patterns(_scale_paths_kernel, 0, 2**31, device, _perturb, counters=4)
 
 
 def division_mismatches(
@@ -774,6 +926,10 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         >= INT32_LIMIT
     )
     kwargs = {"launch_pdl": True} if enable_pdl else {}
+    flags = _kernel_flags(device, src.dtype, interpreted)
+    # the scale store from the reduction's layout costs a predicated store an element a thread:
+    # worth it where a program holds 4 elements a thread (decode), not 16
+    flags["SCALE_ASM"] = flags["SCALE_ASM"] and T <= DECODE_ROWS
     _backend.launch(
         _fp8_group_kernel,
         grid,
@@ -806,7 +962,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         INT64=int64,
         PAIR_WORDS=act == ACT_INTERLEAVED and _pair_words(x3),
         USE_PDL=enable_pdl,
-        **_kernel_flags(device, src.dtype, interpreted),
+        **flags,
         num_warps=warps,
         **kwargs,
     )

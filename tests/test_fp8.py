@@ -399,7 +399,14 @@ def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
     monkeypatch.setattr(
         fp8_mod,
         "_kernel_flags",
-        lambda device, dtype, interpreted: {"HW": True, "DIV": 2, "FTZ_EXP": True, "BF16_BITS": True},
+        lambda device, dtype, interpreted: {
+            "HW": True,
+            "DIV": 2,
+            "FTZ_EXP": True,
+            "BF16_BITS": True,
+            "FAST_SCALE": True,
+            "SCALE_ASM": True,
+        },
     )
     monkeypatch.setattr(fp8_mod, "_resident_programs", lambda device, interpreted: 100)
     monkeypatch.setattr(fp8_mod, "_launch_config", lambda rows, G, group, interpreted: (4, 2, 4))
@@ -414,6 +421,13 @@ def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
         assert kw["WORK_LIST"] is want_list and (slots > 400) is want_list, (T, slots)
         assert grid == ((100, 1) if want_list else (T // 4, 8)), grid
         assert kw["E_POW2"] == (8 if want_list else 1)
+        assert kw["SCALE_ASM"] is False  # past decode rows the scales go through tl.store
+    # decode launches (<= DECODE_ROWS rows an expert) store the scales from the reduction's layout
+    for T, want in ((fp8_mod.DECODE_ROWS, True), (fp8_mod.DECODE_ROWS + 1, False)):
+        seen.clear()
+        silu_and_mul_fp8_group_quant(torch.randn((T, 512)).to(torch.bfloat16), enable_pdl=False)
+        ((grid, kw),) = seen
+        assert kw["SCALE_ASM"] is want and kw["FAST_SCALE"] is True, T
 
 
 def test_zero_rows_and_empty_experts(device):
@@ -808,6 +822,62 @@ def test_gpu_flushing_exponential_keeps_every_silu_bit():
     assert sigmoid_paths_mismatches(0x3F800000 - 2**16, 2**17, _perturb=True) == 1
 
 
+def _rn_fp32(x) -> float:
+    """A positive rational rounded to the nearest fp32 (ties to even), exactly (normal range)."""
+    from fractions import Fraction
+
+    x = Fraction(x)
+    e = x.numerator.bit_length() - x.denominator.bit_length()
+    if Fraction(2) ** e > x:
+        e -= 1
+    unit = Fraction(2) ** (e - 23)
+    return float(round(x / unit) * unit)  # Fraction.__round__ rounds half to even
+
+
+def test_fast_scale_formula_equals_the_ieee_quotient_on_16_bit_maxima():
+    """The arithmetic of ``_scale_fast`` (``q = amax * RN(1/448)``, then ``q + RN(amax - 448 q)
+    * RN(1/448)``, each step rounded once to fp32) emulated with exact rationals on the CPU: the
+    IEEE quotient ``RN(amax / 448)`` for every group maximum a bf16 or fp16 activation can give
+    (and eps). The GPU test below checks the compiled path on every fp32 maximum."""
+    from fractions import Fraction
+
+    import numpy as np
+
+    c = Fraction(float(np.float32(1 / 448)))
+    assert np.float32(1 / 448).view(np.uint32) == 0x3B124925
+    maxima = set()
+    for dtype in (torch.bfloat16, torch.float16):
+        v = torch.arange(2**15, dtype=torch.int32).to(torch.int16).view(dtype).float()
+        maxima.update(v[torch.isfinite(v) & (v >= ik.reference.FP8_EPS)].tolist())
+    maxima.add(float(np.float32(ik.reference.FP8_EPS)))
+    assert len(maxima) > 45000  # about 20.7k bf16 and 31.7k fp16 values, some shared
+    bad = plain = 0
+    for a in maxima:
+        ieee = _rn_fp32(Fraction(a) / 448)
+        q = _rn_fp32(Fraction(a) * c)
+        rem = Fraction(a) - 448 * Fraction(q)  # exact in one fma
+        bad += _rn_fp32(rem * c + Fraction(q)) != ieee
+        plain += q != ieee
+    assert bad == 0
+    # the check can fail: the product alone, uncorrected, misses on thousands of maxima
+    assert plain > 10000
+
+
+@gpu_only
+def test_gpu_fast_scale_paths_equal_div_rn_exhaustively():
+    """Compiled, the group scale is ``amax * RN(1/448)`` corrected once by its fma residual, and
+    its split reciprocal one MUFU.RCP with a Newton step and a rounding-down fix (``FAST_SCALE``).
+    On every fp32 group maximum the kernel can meet (``[eps, FLT_MAX]``, about 1.34e9): the same
+    scale as ``div_rn(amax, 448)``, the same ``(r_hi, r_lo)`` as ``_recip_split`` and, for UE8M0,
+    the same power-of-two reciprocal as ``div_rn(1, s)``."""
+    from inkling_kernels.fp8 import scale_paths_mismatches
+
+    scale, recip, _without_newton, ue8m0 = scale_paths_mismatches()
+    assert (scale, recip, ue8m0) == (0, 0, 0)
+    # the counter counts: with the fast scale of amax = 1.0 corrupted, exactly one disagreement
+    assert scale_paths_mismatches(_perturb=True)[0] == 1
+
+
 @gpu_only
 @pytest.mark.parametrize("interleaved", [True, False])
 def test_gpu_kernel_switches_do_not_move_a_bit(gen, interleaved):
@@ -827,33 +897,60 @@ def test_gpu_kernel_switches_do_not_move_a_bit(gen, interleaved):
     gateup[5] *= 1e30
     gateup[6] *= 1e-30
     w = torch.rand(67, generator=gen).cuda()
-    base = {"HW": True, "DIV": fp8_mod.DIV_IEEE, "FTZ_EXP": False, "BF16_BITS": False}
+    # decode launches (<= 64 rows a call or an expert) store the scales from the reduction's
+    # layout (SCALE_ASM): 13 rows (column-major padding rows 13-15), and masked [3, 13]
+    masked_m = torch.tensor([13, 0, 6], dtype=torch.int32, device="cuda")
+    calls = {
+        "prefill": lambda **kw: fp8_mod.silu_and_mul_fp8_group_quant(gateup, w, interleaved=interleaved, **kw),
+        "decode": lambda **kw: fp8_mod.silu_and_mul_fp8_group_quant(gateup[:13], w[:13], interleaved=interleaved, **kw),
+        "masked decode": lambda **kw: fp8_mod.silu_and_mul_fp8_group_quant(
+            gateup[:39].view(3, 13, -1), interleaved=interleaved, masked_m=masked_m, **kw
+        ),
+    }
+    off = {"FAST_SCALE": False, "SCALE_ASM": False}
+    base = {"HW": True, "DIV": fp8_mod.DIV_IEEE, "FTZ_EXP": False, "BF16_BITS": False, **off}
     variants = [
         {},
         {"DIV": fp8_mod.DIV_MARKSTEIN},
         {"DIV": fp8_mod.DIV_SPLIT},
         {"FTZ_EXP": True},
         {"BF16_BITS": True},
+        {"FAST_SCALE": True},
+        {"DIV": fp8_mod.DIV_SPLIT, "FAST_SCALE": True},
+        {"SCALE_ASM": True},
         fp8_mod._kernel_flags(gateup.device, torch.bfloat16, False),
     ]
+    assert all(variants[-1].values()), "the package's own flags turn every switch on"
     saved = fp8_mod._kernel_flags
-    outs = []
+    outs = {}
     try:
-        for v in variants:
+        for i, v in enumerate(variants):
             fp8_mod._kernel_flags = lambda device, dtype, interpreted, v=v: dict(base, **v)
-            for ue8m0 in (False, True):
-                q, s = fp8_mod.silu_and_mul_fp8_group_quant(gateup, w, interleaved=interleaved, scale_ue8m0=ue8m0)
-                outs.append((ue8m0, q, s))
+            for name, call in calls.items():
+                for kw in ({}, {"scale_ue8m0": True, "column_major_scales": True}):
+                    q, s = call(**kw)
+                    q, s = _dense(q), _dense(s)
+                    if name == "masked decode":  # absent rows are not written: compare present ones
+                        keep = torch.arange(13, device="cuda")[None, :] < masked_m[:, None]
+                        q, s = q[keep], s[keep]
+                    outs[i, name, bool(kw)] = (q, s)
     finally:
         fp8_mod._kernel_flags = saved
-    for ue8m0, q, s in outs[2:]:
-        ref = outs[0] if not ue8m0 else outs[1]
-        assert bits_equal(_dense(q), _dense(ref[1])) and bits_equal(_dense(s), _dense(ref[2])), ue8m0
+    for (i, name, opt), (q, s) in outs.items():
+        q0, s0 = outs[0, name, opt]
+        assert bits_equal(q, q0) and bits_equal(s, s0), (variants[i], name, opt)
 
 
 def test_exhaustive_path_checks_refuse_a_cpu_device():
-    from inkling_kernels.fp8 import division_mismatches, e4m3_paths_mismatches, sigmoid_paths_mismatches
+    from inkling_kernels.fp8 import (
+        division_mismatches,
+        e4m3_paths_mismatches,
+        scale_paths_mismatches,
+        sigmoid_paths_mismatches,
+    )
 
+    with pytest.raises(ValueError, match="device"):
+        scale_paths_mismatches(device="cpu")
     with pytest.raises(ValueError, match="device"):
         division_mismatches(device="cpu")
     with pytest.raises(ValueError, match="device"):

@@ -100,7 +100,7 @@ class _Variant:
 
 
 # switches added after experiment D, off unless a variant names them
-_OFF = {"FTZ_EXP": False, "BF16_BITS": False}
+_OFF = {"FTZ_EXP": False, "BF16_BITS": False, "FAST_SCALE": False, "SCALE_ASM": False}
 
 
 def _fused_call(case, hw, tile):
@@ -483,6 +483,77 @@ def compile_modes() -> list[dict]:
     return rows
 
 
+# Experiment I (2026-12-01): the decode latency of the fused FP8 kernel. After the group maximum
+# the compiled chain was two IEEE divisions (the scale, its reciprocal: range checks and a slow path
+# each) and a store of the scales through shared memory and a barrier (tl.store re-lays the
+# replicated group values out). FAST_SCALE: the scale as a corrected product and the reciprocal as
+# one MUFU.RCP with a Newton step (the same bits on every fp32 maximum: scale_paths_mismatches).
+# SCALE_ASM (decode tiles): the scales stored by one lane a group from the reduction's layout.
+_I_NEW = {"HW": True, "DIV": 2, "PAIR_WORDS": True, "FTZ_EXP": True, "BF16_BITS": True}
+I_VARIANTS = {
+    "published": _I_NEW,
+    "fast_scale": dict(_I_NEW, FAST_SCALE=True),
+    "scale_asm": dict(_I_NEW, SCALE_ASM=True),
+    "new": dict(_I_NEW, FAST_SCALE=True, SCALE_ASM=True),
+}
+
+
+def proofs_i() -> dict:
+    t0 = time.perf_counter()
+    counts = fp8_mod.scale_paths_mismatches()
+    planted = fp8_mod.scale_paths_mismatches(_perturb=True)
+    keys = ["scale", "reciprocal", "reciprocal_without_newton", "ue8m0_reciprocal"]
+    return {
+        "domain": "every fp32 amax in [fp32(1e-10), FLT_MAX]",
+        "mismatches": dict(zip(keys, counts, strict=True)),
+        "planted_at_amax_1": dict(zip(keys, planted, strict=True)),
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
+def fp8i() -> dict:
+    """``I_VARIANTS`` in the same passes (with the unfused pair and, at decode, ``silu_and_mul``
+    alone): decode, the two largest cases and M = 1024 (no regression), the masked cases; each
+    variant's present rows compared bit for bit with the published kernel's first."""
+    names = ["M16_N1536_nil", "M16_N1536_il", "M16_N3072_nil", "M16_N3072_il"]
+    names += ["M1024_N1536_nil", "M49152_N3072_nil", "M49152_N1536_il_colmajor_ue8m0"]
+    names += ["masked_ragged_E8_T256_N1536", "masked_full_E8_T256_N1536", "masked_ragged_E8_T256_N3072"]
+    return _variant_rows(names, I_VARIANTS, "fp8 variants I")
+
+
+def masked_small() -> list[dict]:
+    """The benchmark's masked shape (E = 8, T = 256, ragged counts) against the same rows as one
+    contiguous 2-D call and an empty call: what a time proportional to the rows present would be."""
+    from inkling_kernels.fp8 import empty_scales
+
+    rows = []
+    E, T = 8, 256
+    counts = {"full": (T,) * E, "ragged": tuple(fp8_bench.MASKED_COUNTS), "none": (0,) * E}
+    for N in tqdm((1536, 3072), desc="fp8 masked small"):
+        gateup = torch.randn((E, T, 2 * N), device="cuda").bfloat16()
+        calls = {}
+        for name, mm in counts.items():
+            m = torch.tensor(mm, dtype=torch.int32, device="cuda")
+            out = (
+                torch.empty((E, T, N), dtype=torch.float8_e4m3fn, device="cuda"),
+                empty_scales((E, T), N // 128, False, "cuda"),
+            )
+            calls[f"masked_{name}_{sum(mm)}"] = lambda m=m, out=out: fp8_mod.silu_and_mul_fp8_group_quant(
+                gateup, masked_m=m, out=out, interleaved=False
+            )
+        for present in (sum(counts["ragged"]), 16):
+            flat = torch.randn((present, 2 * N), device="cuda").bfloat16()
+            out2 = (
+                torch.empty((present, N), dtype=torch.float8_e4m3fn, device="cuda"),
+                empty_scales((present,), N // 128, False, "cuda"),
+            )
+            calls[f"2d_{present}"] = lambda flat=flat, out2=out2: fp8_mod.silu_and_mul_fp8_group_quant(
+                flat, out=out2, interleaved=False
+            )
+        rows.append({"N": N, "E": E, "T": T, "ragged_counts": counts["ragged"], **_timings(calls)})
+    return rows
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
     steps = argv[1].split(",") if len(argv) > 1 else ["e4m3", "fp8", "decode", "host"]
@@ -511,6 +582,9 @@ def main(argv: list[str]) -> int:
                 "tiles_h": tiles_h,
                 "compile_modes": compile_modes,
                 "ragged": ragged,
+                "proofs_i": proofs_i,
+                "fp8i": fp8i,
+                "masked_small": masked_small,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
         out.write_text(json.dumps(doc, indent=1) + "\n")

@@ -6,7 +6,8 @@ is left out), for the kernel's switches (experiments D and F in ``data/tuning_lo
     python tools/sass_count.py OUT_JSON
 
 One program: 16 rows x 1 group of 128 (2048 elements, 4 warps: 16 a thread), N = 3072, bf16,
-the 16-byte divisibility the launcher specializes, PDL on.
+the 16-byte divisibility the launcher specializes, PDL on; and (experiment I) the decode program,
+1 row x 4 groups (4 elements a thread), N = 1536, with its barrier count.
 """
 
 from __future__ import annotations
@@ -41,6 +42,20 @@ VARIANTS = {
     "il, new": dict(ACT=1, PAIR_WORDS=True, DIV=2, FTZ_EXP=True, BF16_BITS=True),
     "quantizer alone, published": dict(ACT=0, DIV=1, FTZ_EXP=False, BF16_BITS=False),
     "quantizer alone, new": dict(ACT=0, DIV=2, FTZ_EXP=True, BF16_BITS=True),
+    "nil, new + fast scale": dict(DIV=2, FTZ_EXP=True, BF16_BITS=True, FAST_SCALE=True),
+    "il, new + fast scale": dict(ACT=1, PAIR_WORDS=True, DIV=2, FTZ_EXP=True, BF16_BITS=True, FAST_SCALE=True),
+    "nil UE8M0, new + fast scale": dict(UE8M0=True, DIV=2, FTZ_EXP=True, BF16_BITS=True, FAST_SCALE=True),
+}
+
+# experiment I: the decode program (1 row x 4 groups of 128, 4 warps: 4 elements a thread), N = 1536
+DECODE = dict(BLOCK_M=1, BLOCK_G=4, N=1536)
+DECODE_VARIANTS = {
+    "decode nil, published": {},
+    "decode nil, fast scale": dict(FAST_SCALE=True),
+    "decode nil, scale asm": dict(SCALE_ASM=True),
+    "decode nil, fast scale + scale asm": dict(FAST_SCALE=True, SCALE_ASM=True),
+    "decode il, published": dict(ACT=1, PAIR_WORDS=True),
+    "decode il, fast scale + scale asm": dict(ACT=1, PAIR_WORDS=True, FAST_SCALE=True, SCALE_ASM=True),
 }
 
 
@@ -49,7 +64,7 @@ def compile_program(**over):
     sig |= {"T": "i32", "T_PAD": "i32"} | dict.fromkeys(INTS, "i32")
     consts = dict(N=3072, GROUP=128, ACT=2, HAS_WEIGHT=False, HAS_MASK=False, UE8M0=False, BLOCK_M=16, BLOCK_G=1)
     consts |= dict(E_POW2=1, WORK_LIST=False, INT64=False, USE_PDL=True, HW=True, DIV=2, PAIR_WORDS=False)
-    consts |= dict(FTZ_EXP=True, BF16_BITS=True) | over
+    consts |= dict(FTZ_EXP=True, BF16_BITS=True, FAST_SCALE=False, SCALE_ASM=False) | over
     sig |= dict.fromkeys(consts, "constexpr")
     attrs = {(i,): [["tt.divisibility", 16]] for i in [0, 1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15]}
     src = ASTSource(fp8_mod._fp8_group_kernel, sig, consts, attrs)
@@ -74,11 +89,14 @@ def main(argv: list[str]) -> int:
         return 2
     record = {"program": "16 rows x 128 (2048 elements), 4 warps, N = 3072, bf16, sm_90", "triton": triton.__version__}
     record["counts"] = {}
-    for name, over in VARIANTS.items():
+    record["decode_program"] = "1 row x 4 groups of 128 (512 elements), 4 warps, N = 1536, bf16, sm_90"
+    todo = [(n, o) for n, o in VARIANTS.items()] + [(n, dict(DECODE, **o)) for n, o in DECODE_VARIANTS.items()]
+    for name, over in todo:
         ops = sass_opcodes(compile_program(**over))
         top = collections.Counter(op.split(".")[0] for op in ops).most_common(8)
         record["counts"][name] = {"instructions_to_exit": len(ops), "top_opcodes": dict(top)}
-        print(f"{name:30} {len(ops):4d}", flush=True)
+        record["counts"][name]["barriers"] = sum(op.startswith("BAR") for op in ops)
+        print(f"{name:40} {len(ops):4d}", flush=True)
     Path(argv[0]).write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
