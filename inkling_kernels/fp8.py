@@ -138,42 +138,17 @@ def _scale_fast(amax):
 
 
 @triton.jit
-def _recip_split_fast(s, NEWTON: tl.constexpr = True):
-    """:func:`_recip_split`'s ``(r_hi, r_lo)`` from one MUFU.RCP and one Newton step instead of
-    ``div_rn(1, s)``: the Newton result is within an ulp of ``1 / s``, so it is ``1 / s`` rounded
-    down or up, and the sign of the exact residual ``1 - r s`` says which (a step down where it
-    is negative). The same bits as ``_recip_split`` for every scale ``_scale_fast`` can produce
-    (``scale_paths_mismatches``)."""
+def _recip_split_fast(s):
+    """:func:`_recip_split`'s ``(r_hi, r_lo)`` from one MUFU.RCP instead of ``div_rn(1, s)``: on
+    the H200 (sm_90) ``rcp.approx.ftz`` is always ``1 / s`` rounded down or up, never further, so
+    the sign of the exact residual ``1 - r s`` says which (a step down where it is negative). The
+    same bits as ``_recip_split`` for every scale ``_scale_fast`` can produce, by
+    ``scale_paths_mismatches`` (a GPU whose MUFU.RCP strays further fails that check)."""
     ns = -s  # once, not an fadd before each residual
     r = _rcp_approx(s)
-    if NEWTON:  # (scale_paths_mismatches also counts the path without it)
-        r = tl.fma(r, tl.fma(r, ns, 1.0), r)
     up = tl.fma(r, ns, 1.0) < 0
     r_hi = tl.where(up, (r.to(tl.int32, bitcast=True) - 1).to(tl.float32, bitcast=True), r)
     return r_hi, tl.fma(r_hi, ns, 1.0) * r_hi
-
-
-@triton.jit
-def _store_scale_asm(ptr, value, pred):
-    """``st.global.b32`` of ``value`` at ``ptr`` where ``pred`` is nonzero, from whatever layout the
-    operands have: the group maximum's own (every lane of a group holds its scale after the
-    butterfly), so no shared-memory round trip and barrier re-lay the scales out first, as
-    ``tl.store`` does. Returns a dummy 0 (not pure: never removed)."""
-    return tl.inline_asm_elementwise(
-        """
-        {
-        .reg .pred p;
-        setp.ne.b32 p, $3, 0;
-        @p st.global.b32 [$1], $2;
-        mov.b32 $0, 0;
-        }
-        """,
-        "=r,l,r,r",
-        [ptr.to(tl.int64), value.to(tl.int32, bitcast=True), pred.to(tl.int32)],
-        dtype=tl.int32,
-        is_pure=False,
-        pack=1,
-    )
 
 
 @triton.jit
@@ -271,14 +246,12 @@ def _scale_paths_kernel(start, count_ptr, BLOCK: tl.constexpr, ITERS: tl.constex
     maximum ``amax``, those in the kernel's domain ``[eps, FLT_MAX]`` only, counts where the
     ``FAST_SCALE`` path differs from the ``div_rn`` path: ``count_ptr[0]`` the scale
     (``_scale_fast`` against ``div_rn(amax, 448)``), ``[1]`` the split reciprocal of that scale
-    (``_recip_split_fast`` against ``_recip_split``, either half), ``[2]`` the same without the
-    Newton step (for the record), ``[3]`` UE8M0's reciprocal of ``2 ** ceil(log2(s))`` on the
-    exponent bits against ``div_rn(1, s)``. No memory is read. ``PERTURB`` flips a bit of the
-    fast scale at amax = 1.0."""
+    (``_recip_split_fast`` against ``_recip_split``, either half), ``[2]`` UE8M0's reciprocal of
+    ``2 ** ceil(log2(s))`` on the exponent bits against ``div_rn(1, s)``. No memory is read.
+    ``PERTURB`` moves the fast scale at amax = 1.0 one float up."""
     base = start + tl.program_id(0).to(tl.int64) * (BLOCK * ITERS)
     bad_s = tl.zeros((BLOCK,), tl.int32)
     bad_r = tl.zeros((BLOCK,), tl.int32)
-    bad_r1 = tl.zeros((BLOCK,), tl.int32)
     bad_u = tl.zeros((BLOCK,), tl.int32)
     one = tl.full((BLOCK,), 1.0, tl.float32)
     for i in range(ITERS):
@@ -292,21 +265,17 @@ def _scale_paths_kernel(start, count_ptr, BLOCK: tl.constexpr, ITERS: tl.constex
         bad_s += (ok & (fast.to(tl.int32, bitcast=True) != ref.to(tl.int32, bitcast=True))).to(tl.int32)
         r_ref, lo_ref = _recip_split(ref)
         r_new, lo_new = _recip_split_fast(ref)
-        r_one, lo_one = _recip_split_fast(ref, False)
-        i_ref = r_ref.to(tl.int32, bitcast=True)
-        l_ref = lo_ref.to(tl.int32, bitcast=True)
-        miss = (r_new.to(tl.int32, bitcast=True) != i_ref) | (lo_new.to(tl.int32, bitcast=True) != l_ref)
+        miss = (r_new.to(tl.int32, bitcast=True) != r_ref.to(tl.int32, bitcast=True)) | (
+            lo_new.to(tl.int32, bitcast=True) != lo_ref.to(tl.int32, bitcast=True)
+        )
         bad_r += (ok & miss).to(tl.int32)
-        miss = (r_one.to(tl.int32, bitcast=True) != i_ref) | (lo_one.to(tl.int32, bitcast=True) != l_ref)
-        bad_r1 += (ok & miss).to(tl.int32)
         sb = ref.to(tl.int32, bitcast=True)
         sb = ((sb >> 23) + ((sb & 0x7FFFFF) != 0).to(tl.int32)) << 23
         u_ref = tl.math.div_rn(one, sb.to(tl.float32, bitcast=True)).to(tl.int32, bitcast=True)
         bad_u += (ok & (((254 << 23) - sb) != u_ref)).to(tl.int32)
     tl.atomic_add(count_ptr, tl.sum(bad_s, axis=0))
     tl.atomic_add(count_ptr + 1, tl.sum(bad_r, axis=0))
-    tl.atomic_add(count_ptr + 2, tl.sum(bad_r1, axis=0))
-    tl.atomic_add(count_ptr + 3, tl.sum(bad_u, axis=0))
+    tl.atomic_add(count_ptr + 2, tl.sum(bad_u, axis=0))
 
 
 @triton.jit
@@ -390,7 +359,6 @@ def _fp8_group_tile(
     FTZ_EXP: tl.constexpr,
     BF16_BITS: tl.constexpr,
     FAST_SCALE: tl.constexpr,
-    SCALE_ASM: tl.constexpr,
 ):
     """One ``[BLOCK_M rows, BLOCK_G groups]`` tile of :func:`_fp8_group_kernel`."""
     G: tl.constexpr = N // GROUP
@@ -498,17 +466,7 @@ def _fp8_group_tile(
     tl.store(q_ptr + q_off, q, mask=mask)
     s = tl.where(valid[:, None], s, 0.0)
     s_off = e * stride_se + rows[:, None] * stride_sm + g[None, :] * stride_sg
-    s_mask = (valid | pad)[:, None] & g_ok[None, :]
-    if SCALE_ASM:
-        # from the group's first element, in the layout the maximum came in (decode tiles)
-        first = (tl.arange(0, GROUP) == 0)[None, None, :]
-        _store_scale_asm(
-            tl.broadcast_to((s_ptr + s_off)[:, :, None], y.shape),
-            tl.broadcast_to(s[:, :, None], y.shape),
-            s_mask[:, :, None] & first,
-        )
-    else:
-        tl.store(s_ptr + s_off, s, mask=s_mask)
+    tl.store(s_ptr + s_off, s, mask=(valid | pad)[:, None] & g_ok[None, :])
 
 
 @triton.jit(do_not_specialize=["T", "T_PAD", "E"])
@@ -547,8 +505,7 @@ def _fp8_group_kernel(
     PAIR_WORDS: tl.constexpr,  # interleaved 16-bit pairs 4-byte aligned: read as 32-bit words
     FTZ_EXP: tl.constexpr,  # compiled: the sigmoid's exponential as one MUFU.EX2 (same bits)
     BF16_BITS: tl.constexpr,  # compiled, bf16: widen and round on the bits (same values)
-    FAST_SCALE: tl.constexpr,  # compiled: scale and reciprocal without div_rn (same bits)
-    SCALE_ASM: tl.constexpr,  # compiled, decode tiles: scales stored from the reduction's layout
+    FAST_SCALE: tl.constexpr,  # compiled, decode: scale and reciprocal without div_rn (same bits)
 ):
     G: tl.constexpr = N // GROUP
     G_TILES: tl.constexpr = (G + BLOCK_G - 1) // BLOCK_G
@@ -583,7 +540,7 @@ def _fp8_group_kernel(
                 x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
                 stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
                 N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
-                FAST_SCALE, SCALE_ASM,
+                FAST_SCALE,
             )  # fmt: skip
             t += tl.num_programs(0)
     else:
@@ -604,7 +561,7 @@ def _fp8_group_kernel(
                 x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
                 stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
                 N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
-                FAST_SCALE, SCALE_ASM,
+                FAST_SCALE,
             )  # fmt: skip
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -668,8 +625,7 @@ def _kernel_flags(device: torch.device, dtype: torch.dtype, interpreted: bool) -
         "DIV": div,
         "FTZ_EXP": hw,
         "BF16_BITS": hw and dtype == torch.bfloat16,
-        "FAST_SCALE": hw,
-        "SCALE_ASM": hw,  # decode tiles only: the launcher turns it off past DECODE_ROWS
+        "FAST_SCALE": hw,  # decode launches only: the launcher turns it off past DECODE_ROWS
     }
 
 
@@ -720,16 +676,15 @@ def sigmoid_paths_mismatches(start: int = 0, count: int = 2**32, device="cuda", 
     return _count_fp32_patterns(_sigmoid_paths_kernel, start, count, device, _perturb)
 
 
-def scale_paths_mismatches(device="cuda", _perturb: bool = False) -> tuple[int, int, int, int]:
-    """The ``FAST_SCALE`` path against the ``div_rn`` path for every group maximum the kernel can
-    meet: each fp32 ``amax`` in ``[eps, FLT_MAX]`` (about 1.34e9 values; the kernel floors at eps
-    and caps +-Inf at FLT_MAX, whatever the activation dtype). Returns the counts of maxima where
-    (1) the scale differs from ``div_rn(amax, 448)``, (2) the split reciprocal of that scale
-    differs from ``_recip_split``'s (either half), (3) the same without the Newton step (not
-    used: for the record) and (4) UE8M0's reciprocal on the exponent bits differs from
-    ``div_rn(1, s)``. The claim is (0, 0, *, 0). Needs an sm_89+ GPU. ``_perturb`` (tests only)
-    flips a bit of the fast scale at amax = 1.0."""
-    return _count_fp32_patterns(_scale_paths_kernel, 0, 2**31, device, _perturb, counters=4)
+def scale_paths_mismatches(device="cuda", _perturb: bool = False) -> tuple[int, int, int]:
+    """The ``FAST_SCALE`` path (decode launches) against the ``div_rn`` path for every group maximum
+    the kernel can meet: each fp32 ``amax`` in ``[eps, FLT_MAX]`` (about 1.34e9 values; the kernel
+    floors at eps and caps +-Inf at FLT_MAX, whatever the activation dtype). Returns the counts of
+    maxima where (1) the scale differs from ``div_rn(amax, 448)``, (2) the split reciprocal of that
+    scale differs from ``_recip_split``'s (either half) and (3) UE8M0's reciprocal on the exponent
+    bits differs from ``div_rn(1, s)``. The claim is (0, 0, 0). Needs an sm_89+ GPU. ``_perturb``
+    (tests only) moves the fast scale at amax = 1.0 one float up."""
+    return _count_fp32_patterns(_scale_paths_kernel, 0, 2**31, device, _perturb, counters=3)
 
 
 def division_mismatches(
@@ -927,9 +882,10 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
     )
     kwargs = {"launch_pdl": True} if enable_pdl else {}
     flags = _kernel_flags(device, src.dtype, interpreted)
-    # the scale store from the reduction's layout costs a predicated store an element a thread:
-    # worth it where a program holds 4 elements a thread (decode), not 16
-    flags["SCALE_ASM"] = flags["SCALE_ASM"] and T <= DECODE_ROWS
+    # the scale without divisions shortens the decode program's critical path (experiment I: 0.04
+    # us at M = 16); in the 2048-element programs ptxas then issues one of the four loads after
+    # the first arithmetic, and M = 1024 to 49152 and the masked calls lost 2-5%
+    flags["FAST_SCALE"] = flags["FAST_SCALE"] and T <= DECODE_ROWS
     _backend.launch(
         _fp8_group_kernel,
         grid,

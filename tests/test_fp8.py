@@ -405,7 +405,6 @@ def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
             "FTZ_EXP": True,
             "BF16_BITS": True,
             "FAST_SCALE": True,
-            "SCALE_ASM": True,
         },
     )
     monkeypatch.setattr(fp8_mod, "_resident_programs", lambda device, interpreted: 100)
@@ -421,13 +420,13 @@ def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
         assert kw["WORK_LIST"] is want_list and (slots > 400) is want_list, (T, slots)
         assert grid == ((100, 1) if want_list else (T // 4, 8)), grid
         assert kw["E_POW2"] == (8 if want_list else 1)
-        assert kw["SCALE_ASM"] is False  # past decode rows the scales go through tl.store
-    # decode launches (<= DECODE_ROWS rows an expert) store the scales from the reduction's layout
+        assert kw["FAST_SCALE"] is False  # past decode rows: div_rn (experiment I)
+    # decode launches (<= DECODE_ROWS rows an expert) compute the scale without divisions
     for T, want in ((fp8_mod.DECODE_ROWS, True), (fp8_mod.DECODE_ROWS + 1, False)):
         seen.clear()
         silu_and_mul_fp8_group_quant(torch.randn((T, 512)).to(torch.bfloat16), enable_pdl=False)
         ((grid, kw),) = seen
-        assert kw["SCALE_ASM"] is want and kw["FAST_SCALE"] is True, T
+        assert kw["FAST_SCALE"] is want, T
 
 
 def test_zero_rows_and_empty_experts(device):
@@ -865,15 +864,15 @@ def test_fast_scale_formula_equals_the_ieee_quotient_on_16_bit_maxima():
 
 @gpu_only
 def test_gpu_fast_scale_paths_equal_div_rn_exhaustively():
-    """Compiled, the group scale is ``amax * RN(1/448)`` corrected once by its fma residual, and
-    its split reciprocal one MUFU.RCP with a Newton step and a rounding-down fix (``FAST_SCALE``).
+    """Compiled decode launches compute the group scale as ``amax * RN(1/448)`` corrected once by
+    its fma residual, and its split reciprocal as one MUFU.RCP and a rounding-down fix
+    (``FAST_SCALE``).
     On every fp32 group maximum the kernel can meet (``[eps, FLT_MAX]``, about 1.34e9): the same
     scale as ``div_rn(amax, 448)``, the same ``(r_hi, r_lo)`` as ``_recip_split`` and, for UE8M0,
     the same power-of-two reciprocal as ``div_rn(1, s)``."""
     from inkling_kernels.fp8 import scale_paths_mismatches
 
-    scale, recip, _without_newton, ue8m0 = scale_paths_mismatches()
-    assert (scale, recip, ue8m0) == (0, 0, 0)
+    assert scale_paths_mismatches() == (0, 0, 0)
     # the counter counts: with the fast scale of amax = 1.0 corrupted, exactly one disagreement
     assert scale_paths_mismatches(_perturb=True)[0] == 1
 
@@ -897,8 +896,8 @@ def test_gpu_kernel_switches_do_not_move_a_bit(gen, interleaved):
     gateup[5] *= 1e30
     gateup[6] *= 1e-30
     w = torch.rand(67, generator=gen).cuda()
-    # decode launches (<= 64 rows a call or an expert) store the scales from the reduction's
-    # layout (SCALE_ASM): 13 rows (column-major padding rows 13-15), and masked [3, 13]
+    # decode launches (<= 64 rows a call or an expert) compute the scale without divisions
+    # (FAST_SCALE): 13 rows (column-major padding rows 13-15), and masked [3, 13]
     masked_m = torch.tensor([13, 0, 6], dtype=torch.int32, device="cuda")
     calls = {
         "prefill": lambda **kw: fp8_mod.silu_and_mul_fp8_group_quant(gateup, w, interleaved=interleaved, **kw),
@@ -907,8 +906,7 @@ def test_gpu_kernel_switches_do_not_move_a_bit(gen, interleaved):
             gateup[:39].view(3, 13, -1), interleaved=interleaved, masked_m=masked_m, **kw
         ),
     }
-    off = {"FAST_SCALE": False, "SCALE_ASM": False}
-    base = {"HW": True, "DIV": fp8_mod.DIV_IEEE, "FTZ_EXP": False, "BF16_BITS": False, **off}
+    base = {"HW": True, "DIV": fp8_mod.DIV_IEEE, "FTZ_EXP": False, "BF16_BITS": False, "FAST_SCALE": False}
     variants = [
         {},
         {"DIV": fp8_mod.DIV_MARKSTEIN},
@@ -917,7 +915,6 @@ def test_gpu_kernel_switches_do_not_move_a_bit(gen, interleaved):
         {"BF16_BITS": True},
         {"FAST_SCALE": True},
         {"DIV": fp8_mod.DIV_SPLIT, "FAST_SCALE": True},
-        {"SCALE_ASM": True},
         fp8_mod._kernel_flags(gateup.device, torch.bfloat16, False),
     ]
     assert all(variants[-1].values()), "the package's own flags turn every switch on"

@@ -52,10 +52,10 @@ DECODE = dict(BLOCK_M=1, BLOCK_G=4, N=1536)
 DECODE_VARIANTS = {
     "decode nil, published": {},
     "decode nil, fast scale": dict(FAST_SCALE=True),
-    "decode nil, scale asm": dict(SCALE_ASM=True),
-    "decode nil, fast scale + scale asm": dict(FAST_SCALE=True, SCALE_ASM=True),
     "decode il, published": dict(ACT=1, PAIR_WORDS=True),
-    "decode il, fast scale + scale asm": dict(ACT=1, PAIR_WORDS=True, FAST_SCALE=True, SCALE_ASM=True),
+    "decode il, fast scale": dict(ACT=1, PAIR_WORDS=True, FAST_SCALE=True),
+    "decode nil UE8M0, published": dict(UE8M0=True),
+    "decode nil UE8M0, fast scale": dict(UE8M0=True, FAST_SCALE=True),
 }
 
 
@@ -64,7 +64,7 @@ def compile_program(**over):
     sig |= {"T": "i32", "T_PAD": "i32"} | dict.fromkeys(INTS, "i32")
     consts = dict(N=3072, GROUP=128, ACT=2, HAS_WEIGHT=False, HAS_MASK=False, UE8M0=False, BLOCK_M=16, BLOCK_G=1)
     consts |= dict(E_POW2=1, WORK_LIST=False, INT64=False, USE_PDL=True, HW=True, DIV=2, PAIR_WORDS=False)
-    consts |= dict(FTZ_EXP=True, BF16_BITS=True, FAST_SCALE=False, SCALE_ASM=False) | over
+    consts |= dict(FTZ_EXP=True, BF16_BITS=True, FAST_SCALE=False) | over
     sig |= dict.fromkeys(consts, "constexpr")
     attrs = {(i,): [["tt.divisibility", 16]] for i in [0, 1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15]}
     src = ASTSource(fp8_mod._fp8_group_kernel, sig, consts, attrs)
