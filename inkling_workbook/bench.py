@@ -762,6 +762,8 @@ FP8_IMPLS = {
     "fused_no_pdl": "the same fused kernel launched with enable_pdl=False, outputs preallocated",
     "unfused": "silu_and_mul then fp8_group_quant (Triton), outputs preallocated, PDL on (the sm_90 default)",
     "torch_compile_static": "torch.compile(dynamic=False) of the torch reference of the fused op (all rows)",
+    "fused_2d_present": "masked cases: the fused kernel on the rows present as one contiguous 2-D input "
+    "(fresh random data), outputs preallocated, PDL on",
 }
 FP8_PASSES = 5  # interleaved passes of every FP8 case: the M = 49152 medians moved with the clock
 #: cold L2 where the working set of a call can sit in the 60 MiB L2: M = 1024 (8-16 MB a call),

@@ -96,8 +96,10 @@ def fp8_impls(case: dict, seed: int = 0) -> dict[str, tuple[Callable[[], object]
     """name -> (call with no arguments, bytes moved) for "fused" (PDL on, the sm_90 default),
     "fused_no_pdl" (the same kernel launched without PDL, as after a producer that does not
     trigger it), "unfused" (``silu_and_mul`` into a preallocated buffer, then ``fp8_group_quant``
-    into preallocated outputs) and "torch_compile_static" (torch.compile(dynamic=False) of the
-    torch reference of the fused op). Inputs are random normal bf16 (never zeros), created here
+    into preallocated outputs), "torch_compile_static" (torch.compile(dynamic=False) of the
+    torch reference of the fused op) and, for a masked case, "fused_2d_present" (the fused op on
+    as many rows as are present, as one contiguous 2-D input: the time proportional to the rows
+    present that the masked call is held to). Inputs are random normal bf16 (never zeros), created here
     on the GPU, once per call of this function (so calls of different seeds use different
     buffers: the cold-L2 rotation builds one set per seed). Needs a CUDA GPU."""
     import torch
@@ -141,12 +143,23 @@ def fp8_impls(case: dict, seed: int = 0) -> dict[str, tuple[Callable[[], object]
         return compiled(flat_gateup)
 
     nbytes = fp8_bytes(case)
-    return {
+    impls = {
         "fused": (fused, nbytes),
         "fused_no_pdl": (fused_no_pdl, nbytes),
         "unfused": (unfused, nbytes),
         "torch_compile_static": (torch_compile_static, nbytes),
     }
+    if masked:
+        # the rows present as one contiguous 2-D call: what they cost without the masked layout
+        rows = sum(case["masked_m"])
+        flat = torch.randn((rows, 2 * N), generator=gen, device=dev, dtype=torch.float32).to(torch.bfloat16)
+        out2 = (torch.empty((rows, N), dtype=torch.float8_e4m3fn, device=dev), empty_scales((rows,), N // g, cm, dev))
+
+        def fused_2d_present():
+            return silu_and_mul_fp8_group_quant(flat, interleaved=il, out=out2, **opts)
+
+        impls["fused_2d_present"] = (fused_2d_present, nbytes)
+    return impls
 
 
 def present_rows(case: dict, *tensors):

@@ -80,6 +80,15 @@ def test_fp8_targets_on_a_small_sweep():
     assert len(targets) == 4
     masked = next(r for r in targets if "masked" in r["target"])
     assert "T=256" in masked["target"] and masked["met"]  # per-row 0.0043 vs 0.0039 us: 1.11x
+    assert "2-D" not in masked["measured"]  # no 2-D rows in this sweep
+    for case, m, t in (("ragged", 921, 3.2), ("full", 2048, 7.5)):
+        rows.append({**base, "case": case, "M": m, "N": 3072, "layout": "nil", "masked": True, "E": 8, "T": 256,
+                     "impl": "fused_2d_present", "median_us": t, "tbps": 1.0, "ceiling_tbps": 4.4})  # fmt: skip
+    for r in rows:
+        if r["masked"] and r["impl"] == "fused":
+            r["case"] = "ragged" if r["M"] == 921 else "full"
+    masked = next(r for r in plots.fp8_targets(pd.DataFrame(rows)) if "masked" in r["target"])
+    assert "2-D call 3.20 / 7.50 us (masked 1.25x / 1.07x)" in masked["measured"], masked["measured"]
     assert next(r for r in targets if "two kernels" in r["target"])["met"]  # 1.8x >= 1.75x
     assert not next(r for r in targets if "torch.compile" in r["target"])["met"]  # 2.0x < 2.2x
 

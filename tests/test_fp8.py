@@ -1022,6 +1022,13 @@ def test_gpu_fp8_bench_impls_run_and_agree():
             and cq.numel() == case["T" if case["E"] else "M"] * (case["E"] or 1) * case["N"]
         )
         assert impls["fused"][1] == case["M"] * (5 * case["N"] + 4 * case["N"] // 128)
+        # masked cases also time their rows present as one 2-D call: same bytes, that many rows
+        assert ("fused_2d_present" in impls) is (case["E"] is not None)
+        if case["E"] is not None:
+            fn, nbytes = impls["fused_2d_present"]
+            q2, s2 = fn()
+            assert q2.shape == (case["M"], case["N"]) and s2.shape == (case["M"], case["N"] // 128)
+            assert nbytes == impls["fused"][1]
 
 
 def test_bench_check_compares_only_the_rows_a_masked_case_writes():
