@@ -152,6 +152,95 @@ def _recip_split_fast(s):
 
 
 @triton.jit
+def _warp_group_max(y):
+    """For a tensor laid out with four consecutive elements a thread and one whole group a warp
+    (the decode programs: 128-element groups, one warp each): in every element, the bits of its
+    group's maximum of ``|y|`` over the non-NaN elements (0 for a group of NaN only). A thread's
+    four with ``max.f32`` (the non-NaN operand), then one ``redux.sync.max.u32`` across the warp:
+    for non-negative floats the integer order of the bits is the float order."""
+    return tl.inline_asm_elementwise(
+        """
+        {
+        .reg .f32 a0, a1, a2, a3, m0, m1, m;
+        .reg .b32 b;
+        .reg .pred p;
+        abs.f32 a0, $4;
+        abs.f32 a1, $5;
+        abs.f32 a2, $6;
+        abs.f32 a3, $7;
+        max.f32 m0, a0, a1;
+        max.f32 m1, a2, a3;
+        max.f32 m, m0, m1;
+        mov.b32 b, m;
+        setp.gt.u32 p, b, 0x7f800000;
+        selp.b32 b, 0, b, p;
+        redux.sync.max.u32 b, b, 0xffffffff;
+        mov.b32 $0, b;
+        mov.b32 $1, b;
+        mov.b32 $2, b;
+        mov.b32 $3, b;
+        }
+        """,
+        "=r,=r,=r,=r,f,f,f,f",
+        [y],
+        dtype=tl.uint32,
+        is_pure=True,
+        pack=4,
+    )
+
+
+@triton.jit
+def _store_scale_asm(ptr, value, pred):
+    """``st.global.b32`` of ``value`` at ``ptr`` where ``pred`` is nonzero, from whatever layout the
+    operands have (``tl.store`` would first re-lay the values out through shared memory and a
+    barrier). Returns a dummy 0 (not pure: never removed)."""
+    return tl.inline_asm_elementwise(
+        """
+        {
+        .reg .pred p;
+        setp.ne.b32 p, $3, 0;
+        @p st.global.b32 [$1], $2;
+        mov.b32 $0, 0;
+        }
+        """,
+        "=r,l,r,r",
+        [ptr.to(tl.int64), value.to(tl.int32, bitcast=True), pred.to(tl.int32)],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@triton.jit
+def _group_scale(amax, UE8M0: tl.constexpr, DIV: tl.constexpr, FAST_SCALE: tl.constexpr):
+    """``(s, r, r_lo)`` for group maxima ``amax`` (floored at eps, capped at FLT_MAX), elementwise:
+    the scale ``div_rn(amax, 448)`` (UE8M0: rounded up to a power of two), and what
+    :func:`_div_by_scale` divides by (``DIV_SPLIT``: the split reciprocal; otherwise
+    ``div_rn(1, s)``, exact for a power of two)."""
+    if FAST_SCALE:
+        s = _scale_fast(amax)
+    else:
+        s = tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32))
+    if UE8M0:
+        # 2 ** ceil(log2(s)) exactly, on the bits: s is a positive normal float (>= 1e-10 / 448)
+        sb = s.to(tl.int32, bitcast=True)
+        sb = ((sb >> 23) + ((sb & 0x7FFFFF) != 0).to(tl.int32)) << 23
+        s = sb.to(tl.float32, bitcast=True)
+    if UE8M0 and FAST_SCALE:
+        # the reciprocal of 2**k is 2**-k, exact: exponent fields sum to 254
+        r = ((254 << 23) - sb).to(tl.float32, bitcast=True)
+        r_lo = r
+    elif DIV == 2 and not UE8M0 and FAST_SCALE:
+        r, r_lo = _recip_split_fast(s)
+    elif DIV == 2 and not UE8M0:
+        r, r_lo = _recip_split(s)
+    else:
+        r = tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)
+        r_lo = r
+    return s, r, r_lo
+
+
+@triton.jit
 def _div_by_scale(y, s, r, r_lo, DIV: tl.constexpr):
     """``y / s`` for a group scale ``s``, without a division an element (except ``DIV_IEEE``,
     ``div_rn`` itself). ``DIV_SPLIT`` (the compiled 16-bit path): ``fma(y, r_hi, y * r_lo)``
@@ -359,6 +448,7 @@ def _fp8_group_tile(
     FTZ_EXP: tl.constexpr,
     BF16_BITS: tl.constexpr,
     FAST_SCALE: tl.constexpr,
+    WARP_REDUX: tl.constexpr,
 ):
     """One ``[BLOCK_M rows, BLOCK_G groups]`` tile of :func:`_fp8_group_kernel`."""
     G: tl.constexpr = N // GROUP
@@ -413,49 +503,36 @@ def _fp8_group_tile(
             y = a.to(x_ptr.dtype.element_ty).to(tl.float32)
 
     # 2. One scale per group, the maximum of |y| over the non-NaN elements, +-Inf capped at the
-    # largest finite float. Compiled: the fp32 max (max.f32 returns the non-NaN operand; a group
-    # of NaN only gives NaN, set to 0 per group). Interpreted (numpy's maximum propagates NaN):
-    # on the bits, where for non-negative floats the integer order is the float order.
-    if HW:
-        amax = tl.max(tl.abs(y), axis=2)
-        amax = tl.minimum(tl.where(amax == amax, amax, 0.0), 3.4028234663852886e38)
+    # largest finite float. Compiled: the fp32 max (max.f32 returns the non-NaN operand, so a NaN
+    # only survives in a group of NaN, and max(NaN, eps) is eps, as max(0, eps) would be).
+    # Interpreted (numpy's maximum propagates NaN): on the bits, where for non-negative floats the
+    # integer order is the float order. WARP_REDUX (compiled decode programs with one warp a
+    # group): a thread's four elements, then one redux.sync across the warp, the maximum left in
+    # every element of y's shape (no butterfly of shuffles).
+    if WARP_REDUX:
+        amax = _warp_group_max(y).to(tl.float32, bitcast=True)
+        amax = tl.minimum(tl.maximum(amax, 1e-10), 3.4028234663852886e38)
+        s, r, r_lo = _group_scale(amax, UE8M0, DIV, FAST_SCALE)
+        sb, rb, lb = s, r, r_lo
     else:
-        mag = y.to(tl.int32, bitcast=True) & 0x7FFFFFFF
-        mag = tl.where(mag > 0x7F800000, 0, mag)
-        amax = tl.minimum(tl.max(mag, axis=2), 0x7F7FFFFF).to(tl.float32, bitcast=True)
-    amax = tl.maximum(amax, 1e-10)
-    if FAST_SCALE:
-        s = _scale_fast(amax)
-    else:
-        s = tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32))
-    if UE8M0:
-        # 2 ** ceil(log2(s)) exactly, on the bits: s is a positive normal float (>= 1e-10 / 448)
-        sb = s.to(tl.int32, bitcast=True)
-        sb = ((sb >> 23) + ((sb & 0x7FFFFF) != 0).to(tl.int32)) << 23
-        s = sb.to(tl.float32, bitcast=True)
-    if UE8M0 and FAST_SCALE:
-        # the reciprocal of 2**k is 2**-k, exact: exponent fields sum to 254
-        r = ((254 << 23) - sb).to(tl.float32, bitcast=True)
-        r_lo = r
-    elif DIV == 2 and not UE8M0 and FAST_SCALE:
-        r, r_lo = _recip_split_fast(s)  # once a group
-    elif DIV == 2 and not UE8M0:
-        r, r_lo = _recip_split(s)  # once a group
-    else:
-        r = tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s)  # once a group
-        r_lo = r
+        if HW:
+            amax = tl.max(tl.abs(y), axis=2)
+            amax = tl.minimum(tl.maximum(amax, 1e-10), 3.4028234663852886e38)
+        else:
+            mag = y.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+            mag = tl.where(mag > 0x7F800000, 0, mag)
+            amax = tl.minimum(tl.max(mag, axis=2), 0x7F7FFFFF).to(tl.float32, bitcast=True)
+            amax = tl.maximum(amax, 1e-10)
+        s, r, r_lo = _group_scale(amax, UE8M0, DIV, FAST_SCALE)  # once a group
+        sb = tl.broadcast_to(s[:, :, None], y.shape)
+        rb = tl.broadcast_to(r[:, :, None], y.shape)
+        lb = tl.broadcast_to(r_lo[:, :, None], y.shape)
     if UE8M0:
         # dividing by a power of two is exact scaling, so the product with its exact reciprocal
         # (a power of two within range) equals the IEEE quotient bit for bit
-        t = y * tl.broadcast_to(r[:, :, None], y.shape)
+        t = y * rb
     else:
-        t = _div_by_scale(
-            y,
-            tl.broadcast_to(s[:, :, None], y.shape),
-            tl.broadcast_to(r[:, :, None], y.shape),
-            tl.broadcast_to(r_lo[:, :, None], y.shape),
-            DIV,
-        )
+        t = _div_by_scale(y, sb, rb, lb, DIV)
 
     # 3. e4m3 bytes and the scales.
     if HW:
@@ -464,9 +541,20 @@ def _fp8_group_tile(
         q = _e4m3_signed(t).to(tl.uint8)
     q_off = e * stride_qe + rows[:, None, None] * stride_qm + cols
     tl.store(q_ptr + q_off, q, mask=mask)
-    s = tl.where(valid[:, None], s, 0.0)
     s_off = e * stride_se + rows[:, None] * stride_sm + g[None, :] * stride_sg
-    tl.store(s_ptr + s_off, s, mask=(valid | pad)[:, None] & g_ok[None, :])
+    s_mask = (valid | pad)[:, None] & g_ok[None, :]
+    if WARP_REDUX == 1:
+        # from the group's first element, in the layout the maximum came in
+        first = (tl.arange(0, GROUP) == 0)[None, None, :]
+        _store_scale_asm(
+            tl.broadcast_to((s_ptr + s_off)[:, :, None], y.shape),
+            tl.where(valid[:, None, None], s, 0.0),
+            s_mask[:, :, None] & first,
+        )
+    else:
+        if WARP_REDUX:
+            s = tl.max(s, axis=2)  # every element holds its group's scale
+        tl.store(s_ptr + s_off, tl.where(valid[:, None], s, 0.0), mask=s_mask)
 
 
 @triton.jit(do_not_specialize=["T", "T_PAD", "E"])
@@ -506,6 +594,7 @@ def _fp8_group_kernel(
     FTZ_EXP: tl.constexpr,  # compiled: the sigmoid's exponential as one MUFU.EX2 (same bits)
     BF16_BITS: tl.constexpr,  # compiled, bf16: widen and round on the bits (same values)
     FAST_SCALE: tl.constexpr,  # compiled, decode: scale and reciprocal without div_rn (same bits)
+    WARP_REDUX: tl.constexpr,  # compiled, one warp a group of 128: the group max by redux.sync
 ):
     G: tl.constexpr = N // GROUP
     G_TILES: tl.constexpr = (G + BLOCK_G - 1) // BLOCK_G
@@ -540,7 +629,7 @@ def _fp8_group_kernel(
                 x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
                 stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
                 N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
-                FAST_SCALE,
+                FAST_SCALE, WARP_REDUX,
             )  # fmt: skip
             t += tl.num_programs(0)
     else:
@@ -561,7 +650,7 @@ def _fp8_group_kernel(
                 x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
                 stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
                 N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
-                FAST_SCALE,
+                FAST_SCALE, WARP_REDUX,
             )  # fmt: skip
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -626,6 +715,7 @@ def _kernel_flags(device: torch.device, dtype: torch.dtype, interpreted: bool) -
         "FTZ_EXP": hw,
         "BF16_BITS": hw and dtype == torch.bfloat16,
         "FAST_SCALE": hw,  # decode launches only: the launcher turns it off past DECODE_ROWS
+        "WARP_REDUX": 1 if hw else 0,  # where a warp holds one group: the launcher decides
     }
 
 
@@ -886,6 +976,10 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
     # us at M = 16); in the 2048-element programs ptxas then issues one of the four loads after
     # the first arithmetic, and M = 1024 to 49152 and the masked calls lost 2-5%
     flags["FAST_SCALE"] = flags["FAST_SCALE"] and T <= DECODE_ROWS
+    # the warp-wide maximum needs the layout where a warp holds exactly one group, four elements a
+    # thread: 128-element groups in programs of 128 elements a warp (the decode tiles)
+    if not (group_size == 128 and block_m * block_g * group_size == 128 * warps and T <= DECODE_ROWS):
+        flags["WARP_REDUX"] = 0
     _backend.launch(
         _fp8_group_kernel,
         grid,

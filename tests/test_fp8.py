@@ -405,6 +405,7 @@ def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
             "FTZ_EXP": True,
             "BF16_BITS": True,
             "FAST_SCALE": True,
+            "WARP_REDUX": 1,
         },
     )
     monkeypatch.setattr(fp8_mod, "_resident_programs", lambda device, interpreted: 100)
@@ -421,12 +422,20 @@ def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
         assert grid == ((100, 1) if want_list else (T // 4, 8)), grid
         assert kw["E_POW2"] == (8 if want_list else 1)
         assert kw["FAST_SCALE"] is False  # past decode rows: div_rn (experiment I)
+        assert kw["WARP_REDUX"] == 0  # 2048-element programs: 16 elements a thread, shuffles
     # decode launches (<= DECODE_ROWS rows an expert) compute the scale without divisions
     for T, want in ((fp8_mod.DECODE_ROWS, True), (fp8_mod.DECODE_ROWS + 1, False)):
         seen.clear()
         silu_and_mul_fp8_group_quant(torch.randn((T, 512)).to(torch.bfloat16), enable_pdl=False)
         ((grid, kw),) = seen
         assert kw["FAST_SCALE"] is want, T
+    # the warp-wide maximum only where a warp holds exactly one group of 128, four a thread
+    monkeypatch.setattr(fp8_mod, "_launch_config", lambda rows, G, group, interpreted: (1, min(G, 4), 4))
+    for N, group, want in ((1536, 128, 1), (256, 128, 0), (1536, 64, 0)):
+        seen.clear()
+        silu_and_mul_fp8_group_quant(torch.randn((16, 2 * N)).to(torch.bfloat16), group_size=group, enable_pdl=False)
+        ((grid, kw),) = seen
+        assert kw["WARP_REDUX"] == want, (N, group)
 
 
 def test_zero_rows_and_empty_experts(device):
@@ -881,20 +890,25 @@ def test_gpu_fast_scale_paths_equal_div_rn_exhaustively():
 @pytest.mark.parametrize("interleaved", [True, False])
 def test_gpu_kernel_switches_do_not_move_a_bit(gen, interleaved):
     """Each constexpr switch of the compiled fused kernel (division, exponential, bf16 on the
-    bits, pair words) against the plainest compiled path (``div_rn``, Triton's exp and casts), on
-    data with the edge values: zeros of both signs, +-Inf, NaN, subnormals, huge and tiny rows."""
+    bits, the scale without divisions, the warp-wide maximum) against the plainest compiled path
+    (``div_rn``, Triton's exp and casts, shuffles), at prefill and decode sizes, on data with the
+    edge values: zeros of both signs, +-Inf, NaN, subnormals, huge and tiny rows, groups of NaN
+    only and of +Inf only."""
     from inkling_kernels import fp8 as fp8_mod
 
-    gateup = randn((67, 2 * 768), torch.bfloat16, gen, "cuda", scale=3.0)
+    # N = 1536: 12 groups, so decode programs hold 4 groups, one a warp (WARP_REDUX applies)
+    gateup = randn((67, 2 * 1536), torch.bfloat16, gen, "cuda", scale=3.0)
     flat = gateup.view(-1)
     specials = torch.tensor(
         [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-40, -1e-40, 3e38, -3e38, 448.0, 1e-38],
         dtype=torch.bfloat16,
     )
-    idx = torch.randperm(flat.numel(), generator=gen)[:600].cuda()
-    flat[idx] = specials.cuda()[torch.arange(600, device="cuda") % specials.numel()]
+    idx = torch.randperm(flat.numel(), generator=gen)[:1200].cuda()
+    flat[idx] = specials.cuda()[torch.arange(1200, device="cuda") % specials.numel()]
     gateup[5] *= 1e30
     gateup[6] *= 1e-30
+    gateup[7, :384] = float("nan")  # groups of NaN only (a group of NaN and numbers at its edge)
+    gateup[8, 512:1024] = float("inf")  # groups of +Inf (silu(inf) * inf)
     w = torch.rand(67, generator=gen).cuda()
     # decode launches (<= 64 rows a call or an expert) compute the scale without divisions
     # (FAST_SCALE): 13 rows (column-major padding rows 13-15), and masked [3, 13]
@@ -906,7 +920,14 @@ def test_gpu_kernel_switches_do_not_move_a_bit(gen, interleaved):
             gateup[:39].view(3, 13, -1), interleaved=interleaved, masked_m=masked_m, **kw
         ),
     }
-    base = {"HW": True, "DIV": fp8_mod.DIV_IEEE, "FTZ_EXP": False, "BF16_BITS": False, "FAST_SCALE": False}
+    base = {
+        "HW": True,
+        "DIV": fp8_mod.DIV_IEEE,
+        "FTZ_EXP": False,
+        "BF16_BITS": False,
+        "FAST_SCALE": False,
+        "WARP_REDUX": 0,
+    }
     variants = [
         {},
         {"DIV": fp8_mod.DIV_MARKSTEIN},
@@ -915,6 +936,8 @@ def test_gpu_kernel_switches_do_not_move_a_bit(gen, interleaved):
         {"BF16_BITS": True},
         {"FAST_SCALE": True},
         {"DIV": fp8_mod.DIV_SPLIT, "FAST_SCALE": True},
+        {"WARP_REDUX": 1},
+        {"WARP_REDUX": 2},
         fp8_mod._kernel_flags(gateup.device, torch.bfloat16, False),
     ]
     assert all(variants[-1].values()), "the package's own flags turn every switch on"

@@ -100,7 +100,7 @@ class _Variant:
 
 
 # switches added after experiment D, off unless a variant names them
-_OFF = {"FTZ_EXP": False, "BF16_BITS": False, "FAST_SCALE": False}
+_OFF = {"FTZ_EXP": False, "BF16_BITS": False, "FAST_SCALE": False, "WARP_REDUX": 0}
 
 
 def _fused_call(case, hw, tile):
@@ -505,6 +505,22 @@ def decode_tiles_j() -> list[dict]:
     return decode_tiles(J_DECODE_TILES, ms=(16,))
 
 
+# Experiment K: the decode program's group maximum by one redux.sync.max.u32 a warp instead of the
+# five-step shuffle butterfly (WARP_REDUX; decode programs hold one group a warp), the scales then
+# stored by one lane a group from that layout (1) or after a butterfly back to tl.store's (2).
+K_VARIANTS = {
+    "published": _I_NEW,
+    "fast_scale": dict(_I_NEW, FAST_SCALE=True),
+    "redux_asm_store": dict(_I_NEW, FAST_SCALE=True, WARP_REDUX=1),
+    "redux_tl_store": dict(_I_NEW, FAST_SCALE=True, WARP_REDUX=2),
+}
+
+
+def fp8k() -> dict:
+    names = ["M16_N1536_nil", "M16_N1536_il", "M16_N3072_nil", "M16_N3072_il"]
+    return _variant_rows(names, K_VARIANTS, "fp8 variants K")
+
+
 def proofs_i() -> dict:
     t0 = time.perf_counter()
     counts = fp8_mod.scale_paths_mismatches()
@@ -591,6 +607,7 @@ def main(argv: list[str]) -> int:
                 "ragged": ragged,
                 "proofs_i": proofs_i,
                 "decode_tiles_j": decode_tiles_j,
+                "fp8k": fp8k,
                 "fp8i": fp8i,
                 "masked_small": masked_small,
             }[step]()
