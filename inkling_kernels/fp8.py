@@ -12,7 +12,11 @@ with the shared ``_silu_mul`` helper and rounds it to the activation dtype in re
 where the unfused path stores it, so fused == unfused bit for bit (compiled, its sigmoid uses a
 flushing exponential with the same bits on every fp32 input: ``sigmoid_paths_mismatches``). The
 scale and its reciprocal are IEEE divisions (``tl.math.div_rn``; Triton's ``/`` is not, on the
-GPU); ``y / s`` is too, except compiled with 16-bit activations, where the split reciprocal
+GPU), except in compiled decode launches, where a corrected product and one MUFU.RCP give the same
+bits on every fp32 group maximum (``_scale_fast``, ``_recip_split_fast``,
+``scale_paths_mismatches``) and, one group a warp, the group maximum is one ``redux.sync``
+(``_warp_group_max``) instead of a butterfly of shuffles; ``y / s`` is an IEEE division too,
+except compiled with 16-bit activations, where the split reciprocal
 ``fma(y, r_hi, y * r_lo)`` gives the same e4m3 byte on every reachable input pair
 (``_div_by_scale``, ``division_mismatches``; the fp32 quotient itself can differ by an ulp, which
 never changes a byte). The rounding to e4m3 has two
@@ -186,28 +190,6 @@ def _warp_group_max(y):
         dtype=tl.uint32,
         is_pure=True,
         pack=4,
-    )
-
-
-@triton.jit
-def _store_scale_asm(ptr, value, pred):
-    """``st.global.b32`` of ``value`` at ``ptr`` where ``pred`` is nonzero, from whatever layout the
-    operands have (``tl.store`` would first re-lay the values out through shared memory and a
-    barrier). Returns a dummy 0 (not pure: never removed)."""
-    return tl.inline_asm_elementwise(
-        """
-        {
-        .reg .pred p;
-        setp.ne.b32 p, $3, 0;
-        @p st.global.b32 [$1], $2;
-        mov.b32 $0, 0;
-        }
-        """,
-        "=r,l,r,r",
-        [ptr.to(tl.int64), value.to(tl.int32, bitcast=True), pred.to(tl.int32)],
-        dtype=tl.int32,
-        is_pure=False,
-        pack=1,
     )
 
 
@@ -541,20 +523,13 @@ def _fp8_group_tile(
         q = _e4m3_signed(t).to(tl.uint8)
     q_off = e * stride_qe + rows[:, None, None] * stride_qm + cols
     tl.store(q_ptr + q_off, q, mask=mask)
+    if WARP_REDUX:
+        # every element holds its group's scale; back to one a group for the store (a butterfly
+        # here, after the bytes' store, cost less than storing from this layout: experiment K)
+        s = tl.max(s, axis=2)
+    s = tl.where(valid[:, None], s, 0.0)
     s_off = e * stride_se + rows[:, None] * stride_sm + g[None, :] * stride_sg
-    s_mask = (valid | pad)[:, None] & g_ok[None, :]
-    if WARP_REDUX == 1:
-        # from the group's first element, in the layout the maximum came in
-        first = (tl.arange(0, GROUP) == 0)[None, None, :]
-        _store_scale_asm(
-            tl.broadcast_to((s_ptr + s_off)[:, :, None], y.shape),
-            tl.where(valid[:, None, None], s, 0.0),
-            s_mask[:, :, None] & first,
-        )
-    else:
-        if WARP_REDUX:
-            s = tl.max(s, axis=2)  # every element holds its group's scale
-        tl.store(s_ptr + s_off, tl.where(valid[:, None], s, 0.0), mask=s_mask)
+    tl.store(s_ptr + s_off, s, mask=(valid | pad)[:, None] & g_ok[None, :])
 
 
 @triton.jit(do_not_specialize=["T", "T_PAD", "E"])
@@ -715,7 +690,7 @@ def _kernel_flags(device: torch.device, dtype: torch.dtype, interpreted: bool) -
         "FTZ_EXP": hw,
         "BF16_BITS": hw and dtype == torch.bfloat16,
         "FAST_SCALE": hw,  # decode launches only: the launcher turns it off past DECODE_ROWS
-        "WARP_REDUX": 1 if hw else 0,  # where a warp holds one group: the launcher decides
+        "WARP_REDUX": hw,  # where a warp holds one group: the launcher decides
     }
 
 
@@ -979,7 +954,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
     # the warp-wide maximum needs the layout where a warp holds exactly one group, four elements a
     # thread: 128-element groups in programs of 128 elements a warp (the decode tiles)
     if not (group_size == 128 and block_m * block_g * group_size == 128 * warps and T <= DECODE_ROWS):
-        flags["WARP_REDUX"] = 0
+        flags["WARP_REDUX"] = False
     _backend.launch(
         _fp8_group_kernel,
         grid,

@@ -405,7 +405,7 @@ def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
             "FTZ_EXP": True,
             "BF16_BITS": True,
             "FAST_SCALE": True,
-            "WARP_REDUX": 1,
+            "WARP_REDUX": True,
         },
     )
     monkeypatch.setattr(fp8_mod, "_resident_programs", lambda device, interpreted: 100)
@@ -422,7 +422,7 @@ def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
         assert grid == ((100, 1) if want_list else (T // 4, 8)), grid
         assert kw["E_POW2"] == (8 if want_list else 1)
         assert kw["FAST_SCALE"] is False  # past decode rows: div_rn (experiment I)
-        assert kw["WARP_REDUX"] == 0  # 2048-element programs: 16 elements a thread, shuffles
+        assert kw["WARP_REDUX"] is False  # 2048-element programs: 16 elements a thread, shuffles
     # decode launches (<= DECODE_ROWS rows an expert) compute the scale without divisions
     for T, want in ((fp8_mod.DECODE_ROWS, True), (fp8_mod.DECODE_ROWS + 1, False)):
         seen.clear()
@@ -431,11 +431,11 @@ def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
         assert kw["FAST_SCALE"] is want, T
     # the warp-wide maximum only where a warp holds exactly one group of 128, four a thread
     monkeypatch.setattr(fp8_mod, "_launch_config", lambda rows, G, group, interpreted: (1, min(G, 4), 4))
-    for N, group, want in ((1536, 128, 1), (256, 128, 0), (1536, 64, 0)):
+    for N, group, want in ((1536, 128, True), (256, 128, False), (1536, 64, False)):
         seen.clear()
         silu_and_mul_fp8_group_quant(torch.randn((16, 2 * N)).to(torch.bfloat16), group_size=group, enable_pdl=False)
         ((grid, kw),) = seen
-        assert kw["WARP_REDUX"] == want, (N, group)
+        assert kw["WARP_REDUX"] is want, (N, group)
 
 
 def test_zero_rows_and_empty_experts(device):
@@ -926,7 +926,7 @@ def test_gpu_kernel_switches_do_not_move_a_bit(gen, interleaved):
         "FTZ_EXP": False,
         "BF16_BITS": False,
         "FAST_SCALE": False,
-        "WARP_REDUX": 0,
+        "WARP_REDUX": False,
     }
     variants = [
         {},
@@ -936,8 +936,8 @@ def test_gpu_kernel_switches_do_not_move_a_bit(gen, interleaved):
         {"BF16_BITS": True},
         {"FAST_SCALE": True},
         {"DIV": fp8_mod.DIV_SPLIT, "FAST_SCALE": True},
-        {"WARP_REDUX": 1},
-        {"WARP_REDUX": 2},
+        {"WARP_REDUX": True},
+        {"WARP_REDUX": True, "FAST_SCALE": True, "DIV": fp8_mod.DIV_SPLIT},
         fp8_mod._kernel_flags(gateup.device, torch.bfloat16, False),
     ]
     assert all(variants[-1].values()), "the package's own flags turn every switch on"

@@ -100,7 +100,7 @@ class _Variant:
 
 
 # switches added after experiment D, off unless a variant names them
-_OFF = {"FTZ_EXP": False, "BF16_BITS": False, "FAST_SCALE": False, "WARP_REDUX": 0}
+_OFF = {"FTZ_EXP": False, "BF16_BITS": False, "FAST_SCALE": False, "WARP_REDUX": False}
 
 
 def _fused_call(case, hw, tile):
@@ -506,13 +506,14 @@ def decode_tiles_j() -> list[dict]:
 
 
 # Experiment K: the decode program's group maximum by one redux.sync.max.u32 a warp instead of the
-# five-step shuffle butterfly (WARP_REDUX; decode programs hold one group a warp), the scales then
-# stored by one lane a group from that layout (1) or after a butterfly back to tl.store's (2).
+# five-step shuffle butterfly (WARP_REDUX; decode programs hold one group a warp). The call at
+# 5cce747 timed two scale stores after it: by one lane a group with an inline st.global (dropped:
+# slower on the interleaved layout, as in experiment I) and after a butterfly back to tl.store's
+# layout (kept, the only one now).
 K_VARIANTS = {
     "published": _I_NEW,
     "fast_scale": dict(_I_NEW, FAST_SCALE=True),
-    "redux_asm_store": dict(_I_NEW, FAST_SCALE=True, WARP_REDUX=1),
-    "redux_tl_store": dict(_I_NEW, FAST_SCALE=True, WARP_REDUX=2),
+    "redux_tl_store": dict(_I_NEW, FAST_SCALE=True, WARP_REDUX=True),
 }
 
 

@@ -56,9 +56,9 @@ DECODE_VARIANTS = {
     "decode il, fast scale": dict(ACT=1, PAIR_WORDS=True, FAST_SCALE=True),
     "decode nil UE8M0, published": dict(UE8M0=True),
     "decode nil UE8M0, fast scale": dict(UE8M0=True, FAST_SCALE=True),
-    "decode nil, fast scale + warp redux": dict(FAST_SCALE=True, WARP_REDUX=1),
-    "decode il, fast scale + warp redux": dict(ACT=1, PAIR_WORDS=True, FAST_SCALE=True, WARP_REDUX=1),
-    "decode nil, fast scale + warp redux, tl.store": dict(FAST_SCALE=True, WARP_REDUX=2),
+    "decode nil, fast scale + warp redux": dict(FAST_SCALE=True, WARP_REDUX=True),
+    "decode il, fast scale + warp redux": dict(ACT=1, PAIR_WORDS=True, FAST_SCALE=True, WARP_REDUX=True),
+    "decode nil UE8M0, fast scale + warp redux": dict(UE8M0=True, FAST_SCALE=True, WARP_REDUX=True),
 }
 
 
@@ -67,7 +67,7 @@ def compile_program(**over):
     sig |= {"T": "i32", "T_PAD": "i32"} | dict.fromkeys(INTS, "i32")
     consts = dict(N=3072, GROUP=128, ACT=2, HAS_WEIGHT=False, HAS_MASK=False, UE8M0=False, BLOCK_M=16, BLOCK_G=1)
     consts |= dict(E_POW2=1, WORK_LIST=False, INT64=False, USE_PDL=True, HW=True, DIV=2, PAIR_WORDS=False)
-    consts |= dict(FTZ_EXP=True, BF16_BITS=True, FAST_SCALE=False, WARP_REDUX=0) | over
+    consts |= dict(FTZ_EXP=True, BF16_BITS=True, FAST_SCALE=False, WARP_REDUX=False) | over
     sig |= dict.fromkeys(consts, "constexpr")
     attrs = {(i,): [["tt.divisibility", 16]] for i in [0, 1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15]}
     src = ASTSource(fp8_mod._fp8_group_kernel, sig, consts, attrs)
