@@ -764,6 +764,8 @@ FP8_IMPLS = {
     "torch_compile_static": "torch.compile(dynamic=False) of the torch reference of the fused op (all rows)",
     "fused_2d_present": "masked cases: the fused kernel on the rows present as one contiguous 2-D input "
     "(fresh random data), outputs preallocated, PDL on",
+    "silu_and_mul_alone": "decode cases: silu_and_mul alone (the Triton port, bf16 out preallocated, PDL on), "
+    "timed in the same passes as the fused op (bytes: its own, 6N a row)",
 }
 FP8_PASSES = 5  # interleaved passes of every FP8 case: the M = 49152 medians moved with the clock
 #: cold L2 where the working set of a call can sit in the 60 MiB L2: M = 1024 (8-16 MB a call),

@@ -99,7 +99,9 @@ def fp8_impls(case: dict, seed: int = 0) -> dict[str, tuple[Callable[[], object]
     into preallocated outputs), "torch_compile_static" (torch.compile(dynamic=False) of the
     torch reference of the fused op) and, for a masked case, "fused_2d_present" (the fused op on
     as many rows as are present, as one contiguous 2-D input: the time proportional to the rows
-    present that the masked call is held to). Inputs are random normal bf16 (never zeros), created here
+    present that the masked call is held to) and, for a decode case (M <= 16, row-major scales,
+    no UE8M0), "silu_and_mul_alone" (``silu_and_mul`` into a preallocated bf16 buffer, PDL on, its
+    own bytes: 6N a row). Inputs are random normal bf16 (never zeros), created here
     on the GPU, once per call of this function (so calls of different seeds use different
     buffers: the cold-L2 rotation builds one set per seed). Needs a CUDA GPU."""
     import torch
@@ -149,6 +151,15 @@ def fp8_impls(case: dict, seed: int = 0) -> dict[str, tuple[Callable[[], object]
         "unfused": (unfused, nbytes),
         "torch_compile_static": (torch_compile_static, nbytes),
     }
+    if case["M"] <= 16 and not (masked or cm or ue):
+        # decode: silu_and_mul alone (bf16 out, preallocated, PDL on), timed in the same passes as
+        # the fused op: the issue's decode target compares the two
+        silu_out = torch.empty((case["M"], N), dtype=torch.bfloat16, device=dev)
+
+        def silu_and_mul_alone():
+            return silu_and_mul(flat_gateup, interleaved=il, out=silu_out)
+
+        impls["silu_and_mul_alone"] = (silu_and_mul_alone, case["M"] * 6 * N)
     if masked:
         # the rows present as one contiguous 2-D call: what they cost without the masked layout
         rows = sum(case["masked_m"])

@@ -437,19 +437,28 @@ def fp8_targets(fp8: pd.DataFrame, silu: pd.DataFrame | None = None) -> list[dic
                     "met": bool(per_row <= 1.25),
                 }
             )
+    dec = fp8[(fp8.M == 16) & (fp8.impl == "fused") & ~fp8.masked & ~fp8.column_major_scales & ~fp8.scale_ue8m0]
+    pairs = []  # (what silu_and_mul is, the fused rows merged with it)
+    same = fp8[(fp8.M == 16) & (fp8.impl == "silu_and_mul_alone")]
+    if len(same):
+        pairs.append(("timed in the same passes", dec.merge(same[["N", "layout", "median_us"]], on=["N", "layout"],
+                                                            suffixes=("", "_silu"))))  # fmt: skip
     if silu is not None and "triton_pdl" in set(silu.impl):
-        dec = fp8[(fp8.M == 16) & (fp8.impl == "fused") & ~fp8.masked & ~fp8.column_major_scales & ~fp8.scale_ue8m0]
         ref = silu[(silu.M == 16) & (silu.impl == "triton_pdl") & (silu.l2 == "warm") & ~silu.weighted]
-        both = dec.merge(ref, on=["N", "layout"], suffixes=("", "_silu"))
-        if len(both):
-            gap = both.median_us - both.median_us_silu
-            rows.append(
-                {
-                    "target": "FP8 fused at decode (M=16): within 0.2 us of silu_and_mul alone (both with PDL)",
-                    "measured": f"{gap.min():+.2f} to {gap.max():+.2f} us ({len(both)} shapes)",
-                    "met": bool((gap <= 0.2).all()),
-                }
-            )
+        pairs.append(("from the silu sweep", dec.merge(ref, on=["N", "layout"], suffixes=("", "_silu"))))
+    pairs = [(what, both) for what, both in pairs if len(both)]
+    if pairs:
+        gaps = [(what, both.median_us - both.median_us_silu) for what, both in pairs]
+        rows.append(
+            {
+                "target": "FP8 fused at decode (M=16): within 0.2 us of silu_and_mul alone (both with PDL)",
+                "measured": "; ".join(
+                    f"{g.min():+.2f} to {g.max():+.2f} us ({len(g)} shapes, silu_and_mul {what})" for what, g in gaps
+                ),
+                # the first pairing decides: the same passes when the sweep has them
+                "met": bool((gaps[0][1] <= 0.2).all()),
+            }
+        )
     return rows
 
 

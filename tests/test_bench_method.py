@@ -89,6 +89,17 @@ def test_fp8_targets_on_a_small_sweep():
             r["case"] = "ragged" if r["M"] == 921 else "full"
     masked = next(r for r in plots.fp8_targets(pd.DataFrame(rows)) if "masked" in r["target"])
     assert "2-D call 3.20 / 7.50 us (masked 1.25x / 1.07x)" in masked["measured"], masked["measured"]
+    # decode: against silu_and_mul timed in the same passes when the sweep has it, else the silu sweep's
+    silu = pd.DataFrame([{"M": 16, "N": 3072, "layout": "nil", "impl": "triton_pdl", "l2": "warm",
+                          "weighted": False, "median_us": 0.90}])  # fmt: skip
+    rows.append({**base, "M": 16, "N": 3072, "layout": "nil", "masked": False, "impl": "fused", "median_us": 1.15})
+    decode = next(r for r in plots.fp8_targets(pd.DataFrame(rows), silu) if "decode" in r["target"])
+    assert not decode["met"] and "+0.25 to +0.25 us (1 shapes, silu_and_mul from the silu sweep)" == decode["measured"]
+    rows.append({**base, "M": 16, "N": 3072, "layout": "nil", "masked": False, "impl": "silu_and_mul_alone",
+                 "median_us": 0.96})  # fmt: skip
+    decode = next(r for r in plots.fp8_targets(pd.DataFrame(rows), silu) if "decode" in r["target"])
+    assert decode["met"] and decode["measured"].startswith("+0.19 to +0.19 us (1 shapes, silu_and_mul timed in the")
+    assert "+0.25 to +0.25 us (1 shapes, silu_and_mul from the silu sweep)" in decode["measured"]
     assert next(r for r in targets if "two kernels" in r["target"])["met"]  # 1.8x >= 1.75x
     assert not next(r for r in targets if "torch.compile" in r["target"])["met"]  # 2.0x < 2.2x
 

@@ -1029,7 +1029,8 @@ def test_gpu_fp8_bench_impls_run_and_agree():
     bit-compared)."""
     from inkling_workbook.fp8_bench import check_fused_equals_unfused, fp8_cases, fp8_impls, present_rows
 
-    for case in [c for c in fp8_cases() if c["name"] in ("M1024_N1536_il", "masked_ragged_E8_T256_N1536")]:
+    names = ("M1024_N1536_il", "masked_ragged_E8_T256_N1536", "M16_N1536_nil")
+    for case in [c for c in fp8_cases() if c["name"] in names]:
         impls = fp8_impls(case)
         check_fused_equals_unfused(case, impls)
         q_out, s_out = impls["fused"][0]()
@@ -1045,6 +1046,12 @@ def test_gpu_fp8_bench_impls_run_and_agree():
             and cq.numel() == case["T" if case["E"] else "M"] * (case["E"] or 1) * case["N"]
         )
         assert impls["fused"][1] == case["M"] * (5 * case["N"] + 4 * case["N"] // 128)
+        # plain decode cases also time silu_and_mul alone (its own bytes)
+        plain_decode = case["M"] <= 16 and not case["column_major_scales"] and case["E"] is None
+        assert ("silu_and_mul_alone" in impls) is plain_decode, case["name"]
+        if plain_decode:
+            fn, nbytes = impls["silu_and_mul_alone"]
+            assert fn().shape == (case["M"], case["N"]) and nbytes == case["M"] * 6 * case["N"]
         # masked cases also time their rows present as one 2-D call: same bytes, that many rows
         assert ("fused_2d_present" in impls) is (case["E"] is not None)
         if case["E"] is not None:
