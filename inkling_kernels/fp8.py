@@ -681,17 +681,33 @@ DIV_16BIT = DIV_SPLIT
 
 
 def _kernel_flags(device: torch.device, dtype: torch.dtype, interpreted: bool) -> dict:
-    """The constexpr switches of ``_fp8_group_kernel`` for one launch (none changes a bit)."""
+    """The constexpr switches of ``_fp8_group_kernel`` for one launch (none changes a bit where
+    the launcher leaves it on; ``WARP_REDUX`` would on a layout it is not meant for)."""
     hw = not interpreted and _hw_e4m3(device)
     div = DIV_16BIT if hw and dtype in (torch.bfloat16, torch.float16) else DIV_IEEE
+    # the fast scale's reciprocal rests on MUFU.RCP landing next to 1 / s, which
+    # scale_paths_mismatches proved on sm_90 (the H200) only: elsewhere div_rn
+    sm90 = hw and _backend.capability(_backend.cuda_index(device)) == (9, 0)
     return {
         "HW": hw,
         "DIV": div,
         "FTZ_EXP": hw,
         "BF16_BITS": hw and dtype == torch.bfloat16,
-        "FAST_SCALE": hw,  # decode launches only: the launcher turns it off past DECODE_ROWS
+        "FAST_SCALE": sm90,  # decode launches only: the launcher turns it off past DECODE_ROWS
         "WARP_REDUX": hw,  # where a warp holds one group: the launcher decides
     }
+
+
+def _warp_redux_ok(act: int, pair_words: bool, group: int, tile: int, warps: int, rows: int) -> bool:
+    """Whether a launch may take the group maximum with one ``redux.sync`` a warp (``WARP_REDUX``).
+    It needs the layout where a warp holds exactly one group, four elements a thread: 128-element
+    groups in programs of 128 elements a warp (the decode tiles), loaded as such. Triton lays the
+    tile out from the load: a straight load of ``x`` or of the gate and up halves, or interleaved
+    pairs read as 32-bit words, give it; interleaved pairs loaded element by element and split in
+    registers (fp32, or an odd offset or row stride) spread a thread's registers over several
+    groups, and the redux then mixes groups (a review found it on the H200;
+    ``test_gpu_warp_redux_on_every_layout_it_is_allowed`` covers each allowed case)."""
+    return group == 128 and tile == 128 * warps and rows <= DECODE_ROWS and (act != ACT_INTERLEAVED or pair_words)
 
 
 def _pair_words(x3: torch.Tensor) -> bool:
@@ -951,9 +967,8 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
     # us at M = 16); in the 2048-element programs ptxas then issues one of the four loads after
     # the first arithmetic, and M = 1024 to 49152 and the masked calls lost 2-5%
     flags["FAST_SCALE"] = flags["FAST_SCALE"] and T <= DECODE_ROWS
-    # the warp-wide maximum needs the layout where a warp holds exactly one group, four elements a
-    # thread: 128-element groups in programs of 128 elements a warp (the decode tiles)
-    if not (group_size == 128 and block_m * block_g * group_size == 128 * warps and T <= DECODE_ROWS):
+    pair_words = act == ACT_INTERLEAVED and _pair_words(x3)
+    if not _warp_redux_ok(act, pair_words, group_size, block_m * block_g * group_size, warps, T):
         flags["WARP_REDUX"] = False
     _backend.launch(
         _fp8_group_kernel,
@@ -985,7 +1000,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         E_POW2=triton.next_power_of_2(E) if work_list else 1,
         WORK_LIST=work_list,
         INT64=int64,
-        PAIR_WORDS=act == ACT_INTERLEAVED and _pair_words(x3),
+        PAIR_WORDS=pair_words,
         USE_PDL=enable_pdl,
         **flags,
         num_warps=warps,

@@ -1021,6 +1021,69 @@ def test_fp8_bench_cases_are_data():
             fp8_impls(cases[0])
 
 
+def test_warp_redux_guard():
+    """The launches that may take the group maximum with one redux.sync a warp: decode tiles of
+    128-element groups, 128 elements a warp, and a load that lays a group out over one warp (not
+    interleaved pairs split in registers)."""
+    from inkling_kernels import fp8 as fp8_mod
+
+    ok = fp8_mod._warp_redux_ok
+    il, nil, none = fp8_mod.ACT_INTERLEAVED, fp8_mod.ACT_NON_INTERLEAVED, fp8_mod.ACT_NONE
+    assert ok(nil, False, 128, 512, 4, 16) and ok(none, False, 128, 512, 4, 16) and ok(il, True, 128, 512, 4, 64)
+    assert not ok(il, False, 128, 512, 4, 16)  # fp32 pairs, or an odd offset or stride
+    assert not ok(nil, False, 64, 256, 4, 16)  # a group is half a warp
+    assert not ok(nil, False, 128, 256, 4, 16)  # two elements a thread: a group spans two warps
+    assert not ok(nil, False, 128, 512, 4, fp8_mod.DECODE_ROWS + 1)  # prefill tiles
+
+
+def _layout_inputs(dtype, interleaved, how, gen):
+    """A decode-sized ``gateup`` (13 rows, N = 1536: 12 groups, four a program) with edge values,
+    contiguous, one element off a 4-byte boundary, or with an odd row stride."""
+    M, N = 13, 1536
+    base = randn((M, 2 * N + 3), dtype, gen, "cuda", scale=3.0)
+    base.view(-1)[::97] = float("nan")
+    base[3, :256] = float("inf")
+    base[4] *= 1e-30
+    if how == "contiguous":
+        return base[:, : 2 * N].contiguous()
+    if how == "offset":
+        return base.view(-1)[1 : 1 + M * 2 * N].view(M, 2 * N)
+    return base[:, 1 : 1 + 2 * N]  # row stride 2N + 3 (odd), start one element in
+
+
+@gpu_only
+@pytest.mark.parametrize("how", ["contiguous", "offset", "stride"])
+@pytest.mark.parametrize("interleaved", [True, False])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_gpu_warp_redux_on_every_layout_it_is_allowed(gen, dtype, interleaved, how):
+    """Decode launches of every dtype, layout and alignment, with the package's switches (the warp
+    maximum wherever its guard allows it) against the same launch with WARP_REDUX and FAST_SCALE
+    off: the same bits. With the guard forced open, interleaved fp32 pairs (split in registers)
+    must differ: the comparison can fail."""
+    from inkling_kernels import fp8 as fp8_mod
+
+    gateup = _layout_inputs(dtype, interleaved, how, gen)
+    saved_flags, saved_ok = fp8_mod._kernel_flags, fp8_mod._warp_redux_ok
+
+    def run(off=False, force=False):
+        if off:
+            fp8_mod._kernel_flags = lambda *a: dict(saved_flags(*a), WARP_REDUX=False, FAST_SCALE=False)
+        if force:
+            fp8_mod._warp_redux_ok = lambda *a: True
+        try:
+            q, s = silu_and_mul_fp8_group_quant(gateup, interleaved=interleaved)
+            return _dense(q), _dense(s)
+        finally:
+            fp8_mod._kernel_flags, fp8_mod._warp_redux_ok = saved_flags, saved_ok
+
+    q0, s0 = run(off=True)
+    q1, s1 = run()
+    assert bits_equal(q1, q0) and bits_equal(s1, s0)
+    if dtype == torch.float32 and interleaved and how == "contiguous":
+        q2, s2 = run(force=True)
+        assert not (bits_equal(q2, q0) and bits_equal(s2, s0)), "the forced redux should have mixed groups"
+
+
 @gpu_only
 def test_gpu_fp8_bench_impls_run_and_agree():
     """Each implementation of a few cases runs; fused and unfused give the same bits on the rows
