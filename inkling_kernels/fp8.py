@@ -12,10 +12,11 @@ with the shared ``_silu_mul`` helper and rounds it to the activation dtype in re
 where the unfused path stores it, so fused == unfused bit for bit (compiled, its sigmoid uses a
 flushing exponential with the same bits on every fp32 input: ``sigmoid_paths_mismatches``). The
 scale and its reciprocal are IEEE divisions (``tl.math.div_rn``; Triton's ``/`` is not, on the
-GPU), except in compiled decode launches, where a corrected product and one MUFU.RCP give the same
-bits on every fp32 group maximum (``_scale_fast``, ``_recip_split_fast``,
-``scale_paths_mismatches``) and, one group a warp, the group maximum is one ``redux.sync``
-(``_warp_group_max``) instead of a butterfly of shuffles; ``y / s`` is an IEEE division too,
+GPU), except in compiled decode launches on sm_90, where a corrected product and one MUFU.RCP give
+the same bits on every fp32 group maximum (``_scale_fast``, ``_recip_split_fast``,
+``scale_paths_mismatches``); decode launches whose load lays each group over one warp
+(``_warp_redux_ok``) take the group maximum with one ``redux.sync`` (``_warp_group_max``) instead
+of a butterfly of shuffles; ``y / s`` is an IEEE division too,
 except compiled with 16-bit activations, where the split reciprocal
 ``fma(y, r_hi, y * r_lo)`` gives the same e4m3 byte on every reachable input pair
 (``_div_by_scale``, ``division_mismatches``; the fp32 quotient itself can differ by an ulp, which
