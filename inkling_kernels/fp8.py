@@ -195,6 +195,14 @@ def _warp_group_max(y):
 
 
 @triton.jit
+def _pow2_ceil_bits(s):
+    """The bits of ``2 ** ceil(log2(s))``, exactly, for a positive normal fp32 ``s`` (a group scale,
+    >= 1e-10 / 448): the exponent, one up unless the mantissa is 0."""
+    sb = s.to(tl.int32, bitcast=True)
+    return ((sb >> 23) + ((sb & 0x7FFFFF) != 0).to(tl.int32)) << 23
+
+
+@triton.jit
 def _group_scale(amax, UE8M0: tl.constexpr, DIV: tl.constexpr, FAST_SCALE: tl.constexpr):
     """``(s, r, r_lo)`` for group maxima ``amax`` (floored at eps, capped at FLT_MAX), elementwise:
     the scale ``div_rn(amax, 448)`` (UE8M0: rounded up to a power of two), and what
@@ -205,9 +213,7 @@ def _group_scale(amax, UE8M0: tl.constexpr, DIV: tl.constexpr, FAST_SCALE: tl.co
     else:
         s = tl.math.div_rn(amax, tl.full(amax.shape, 448.0, tl.float32))
     if UE8M0:
-        # 2 ** ceil(log2(s)) exactly, on the bits: s is a positive normal float (>= 1e-10 / 448)
-        sb = s.to(tl.int32, bitcast=True)
-        sb = ((sb >> 23) + ((sb & 0x7FFFFF) != 0).to(tl.int32)) << 23
+        sb = _pow2_ceil_bits(s)
         s = sb.to(tl.float32, bitcast=True)
     if UE8M0 and FAST_SCALE:
         # the reciprocal of 2**k is 2**-k, exact: exponent fields sum to 254
@@ -341,8 +347,7 @@ def _scale_paths_kernel(start, count_ptr, BLOCK: tl.constexpr, ITERS: tl.constex
             lo_new.to(tl.int32, bitcast=True) != lo_ref.to(tl.int32, bitcast=True)
         )
         bad_r += (ok & miss).to(tl.int32)
-        sb = ref.to(tl.int32, bitcast=True)
-        sb = ((sb >> 23) + ((sb & 0x7FFFFF) != 0).to(tl.int32)) << 23
+        sb = _pow2_ceil_bits(ref)
         u_ref = tl.math.div_rn(one, sb.to(tl.float32, bitcast=True)).to(tl.int32, bitcast=True)
         bad_u += (ok & (((254 << 23) - sb) != u_ref)).to(tl.int32)
     tl.atomic_add(count_ptr, tl.sum(bad_s, axis=0))

@@ -401,33 +401,37 @@ def decode_tiles(tiles=None, ms=(1, 4, 16)) -> list[dict]:
     return rows
 
 
-def masked_large() -> list[dict]:
+def _masked_rows(T: int, ragged: tuple, flat_rows: tuple, desc: str) -> list[dict]:
+    """E = 8 experts of T rows, N in {1536, 3072}: the masked call with every row present, the
+    ``ragged`` counts and none, next to one contiguous 2-D call of each of ``flat_rows`` rows, all
+    timed in the same passes."""
     from inkling_kernels.fp8 import empty_scales
 
+    def outputs(lead, N):
+        return torch.empty((*lead, N), dtype=torch.float8_e4m3fn, device="cuda"), empty_scales(
+            lead, N // 128, False, "cuda"
+        )
+
+    op = fp8_mod.silu_and_mul_fp8_group_quant
     rows = []
-    E, T = 8, 2048
-    counts = {"full": (T,) * E, "ragged": tuple(8 * c for c in fp8_bench.MASKED_COUNTS), "none": (0,) * E}
-    for N in tqdm((1536, 3072), desc="fp8 masked large"):
+    E = 8
+    counts = {"full": (T,) * E, "ragged": ragged, "none": (0,) * E}
+    for N in tqdm((1536, 3072), desc=desc):
         gateup = torch.randn((E, T, 2 * N), device="cuda").bfloat16()
         calls = {}
         for name, mm in counts.items():
-            m = torch.tensor(mm, dtype=torch.int32, device="cuda")
-            out = (
-                torch.empty((E, T, N), dtype=torch.float8_e4m3fn, device="cuda"),
-                empty_scales((E, T), N // 128, False, "cuda"),
-            )
-            calls[f"masked_{name}_{sum(mm)}"] = lambda m=m, out=out: fp8_mod.silu_and_mul_fp8_group_quant(
-                gateup, masked_m=m, out=out, interleaved=False
-            )
-        rows_present = sum(counts["ragged"])
-        flat = torch.randn((rows_present, 2 * N), device="cuda").bfloat16()
-        out2 = (
-            torch.empty((rows_present, N), dtype=torch.float8_e4m3fn, device="cuda"),
-            empty_scales((rows_present,), N // 128, False, "cuda"),
-        )
-        calls[f"2d_{rows_present}"] = lambda: fp8_mod.silu_and_mul_fp8_group_quant(flat, out=out2, interleaved=False)
-        rows.append({"N": N, "E": E, "T": T, "ragged_counts": counts["ragged"], **_timings(calls)})
+            m, out = torch.tensor(mm, dtype=torch.int32, device="cuda"), outputs((E, T), N)
+            calls[f"masked_{name}_{sum(mm)}"] = lambda m=m, out=out: op(gateup, masked_m=m, out=out, interleaved=False)
+        for present in flat_rows:
+            flat, out = torch.randn((present, 2 * N), device="cuda").bfloat16(), outputs((present,), N)
+            calls[f"2d_{present}"] = lambda flat=flat, out=out: op(flat, out=out, interleaved=False)
+        rows.append({"N": N, "E": E, "T": T, "ragged_counts": ragged, **_timings(calls)})
     return rows
+
+
+def masked_large() -> list[dict]:
+    ragged = tuple(8 * c for c in fp8_bench.MASKED_COUNTS)
+    return _masked_rows(2048, ragged, (sum(ragged),), "fp8 masked large")
 
 
 # Experiment H (2026-12-01): tiles of the final kernel (elements a program, warps) at the sizes the
@@ -548,34 +552,8 @@ def fp8i() -> dict:
 def masked_small() -> list[dict]:
     """The benchmark's masked shape (E = 8, T = 256, ragged counts) against the same rows as one
     contiguous 2-D call and an empty call: what a time proportional to the rows present would be."""
-    from inkling_kernels.fp8 import empty_scales
-
-    rows = []
-    E, T = 8, 256
-    counts = {"full": (T,) * E, "ragged": tuple(fp8_bench.MASKED_COUNTS), "none": (0,) * E}
-    for N in tqdm((1536, 3072), desc="fp8 masked small"):
-        gateup = torch.randn((E, T, 2 * N), device="cuda").bfloat16()
-        calls = {}
-        for name, mm in counts.items():
-            m = torch.tensor(mm, dtype=torch.int32, device="cuda")
-            out = (
-                torch.empty((E, T, N), dtype=torch.float8_e4m3fn, device="cuda"),
-                empty_scales((E, T), N // 128, False, "cuda"),
-            )
-            calls[f"masked_{name}_{sum(mm)}"] = lambda m=m, out=out: fp8_mod.silu_and_mul_fp8_group_quant(
-                gateup, masked_m=m, out=out, interleaved=False
-            )
-        for present in (sum(counts["ragged"]), 16):
-            flat = torch.randn((present, 2 * N), device="cuda").bfloat16()
-            out2 = (
-                torch.empty((present, N), dtype=torch.float8_e4m3fn, device="cuda"),
-                empty_scales((present,), N // 128, False, "cuda"),
-            )
-            calls[f"2d_{present}"] = lambda flat=flat, out2=out2: fp8_mod.silu_and_mul_fp8_group_quant(
-                flat, out=out2, interleaved=False
-            )
-        rows.append({"N": N, "E": E, "T": T, "ragged_counts": counts["ragged"], **_timings(calls)})
-    return rows
+    ragged = tuple(fp8_bench.MASKED_COUNTS)
+    return _masked_rows(256, ragged, (sum(ragged), 16), "fp8 masked small")
 
 
 def main(argv: list[str]) -> int:
