@@ -402,23 +402,98 @@ def _division_paths_kernel(
 
 
 @triton.jit
-def _fp8_group_tile(
+def _tile_coords(e, pid_m, pid_g, n_rows, T, T_PAD, N: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_G: tl.constexpr, INT64: tl.constexpr):  # fmt: skip
+    """Rows, groups and masks of one ``[BLOCK_M rows, BLOCK_G groups]`` tile."""
+    G: tl.constexpr = N // GROUP
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    if INT64:
+        rows = rows.to(tl.int64)
+        e = e.to(tl.int64)
+    valid = rows < n_rows  # token rows that are read and written
+    pad = (rows >= T) & (rows < T_PAD)  # padding rows of a column-major scale buffer: scale 0
+    g = pid_g * BLOCK_G + tl.arange(0, BLOCK_G)  # group index along N
+    g_ok = g < G
+    cols = g[None, :, None] * GROUP + tl.arange(0, GROUP)[None, None, :]  # [1, BLOCK_G, GROUP]
+    mask = valid[:, None, None] & g_ok[None, :, None]
+    return e, rows, valid, pad, g, g_ok, cols, mask
+
+
+@triton.jit
+def _fp8_tile_load(
     e,  # expert (0 for 2-D inputs)
     pid_m,  # row tile: rows pid_m * BLOCK_M + [0, BLOCK_M)
     pid_g,  # group tile: groups pid_g * BLOCK_G + [0, BLOCK_G)
-    n_rows,  # rows present in this expert (T unless masked)
+    n_rows,  # rows present in this expert (T unless masked): the others are not read
     x_ptr,
     w_ptr,
-    q_ptr,
-    s_ptr,
     T,
     T_PAD,
     stride_xe,
     stride_xm,
-    stride_qe,
-    stride_qm,
     stride_we,
     stride_wm,
+    N: tl.constexpr,
+    GROUP: tl.constexpr,
+    ACT: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    INT64: tl.constexpr,
+    PAIR_WORDS: tl.constexpr,
+):
+    """The loads of one tile, as loaded (``_fp8_tile_store`` does the arithmetic): ``(a, b, w)``
+    = (x, x) for ``ACT_NONE``; the 32-bit (gate, up) words twice (``PAIR_WORDS``); the interleaved
+    pairs twice; or (gate, up); ``w`` the rows' weights (HAS_WEIGHT; else a placeholder)."""
+    e, rows, valid, pad, g, g_ok, cols, mask = _tile_coords(
+        e, pid_m, pid_g, n_rows, T, T_PAD, N, GROUP, BLOCK_M, BLOCK_G, INT64
+    )
+    row_off = e * stride_xe + rows[:, None, None] * stride_xm
+    if ACT == 0:
+        a = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0)
+        b = a
+    elif ACT == 1 and PAIR_WORDS:
+        # 16-bit gate/up pairs read as one 32-bit word each (little-endian: gate in the low
+        # half), in the output's own [rows, groups, GROUP] shape: no de-interleave in registers,
+        # and the load, the group maximum and the byte store share one layout
+        a = tl.load(
+            x_ptr.to(tl.pointer_type(tl.uint32), bitcast=True)
+            + (e * (stride_xe // 2) + rows[:, None, None] * (stride_xm // 2))
+            + cols,
+            mask=mask,
+            other=0,
+        )
+        b = a
+    elif ACT == 1:
+        cols2 = g[None, :, None] * (2 * GROUP) + tl.arange(0, 2 * GROUP)[None, None, :]
+        a = tl.load(x_ptr + row_off + cols2, mask=mask, other=0.0)
+        b = a
+    else:
+        a = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0)
+        b = tl.load(x_ptr + row_off + N + cols, mask=mask, other=0.0)
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + e * stride_we + rows * stride_wm, mask=valid, other=0.0, eviction_policy="evict_last")
+    else:
+        w = valid
+    return a, b, w
+
+
+@triton.jit
+def _fp8_tile_store(
+    a,  # the tile's loads (``_fp8_tile_load``)
+    b,
+    w,
+    e,
+    pid_m,
+    pid_g,
+    n_rows,
+    x_ptr,
+    q_ptr,
+    s_ptr,
+    T,
+    T_PAD,
+    stride_qe,
+    stride_qm,
     stride_se,
     stride_sm,
     stride_sg,
@@ -438,57 +513,34 @@ def _fp8_group_tile(
     FAST_SCALE: tl.constexpr,
     WARP_REDUX: tl.constexpr,
 ):
-    """One ``[BLOCK_M rows, BLOCK_G groups]`` tile of :func:`_fp8_group_kernel`."""
-    G: tl.constexpr = N // GROUP
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    if INT64:
-        rows = rows.to(tl.int64)
-        e = e.to(tl.int64)
-    valid = rows < n_rows  # token rows that are read and written
-    pad = (rows >= T) & (rows < T_PAD)  # padding rows of a column-major scale buffer: scale 0
-    g = pid_g * BLOCK_G + tl.arange(0, BLOCK_G)  # group index along N
-    g_ok = g < G
-    cols = g[None, :, None] * GROUP + tl.arange(0, GROUP)[None, None, :]  # [1, BLOCK_G, GROUP]
-    mask = valid[:, None, None] & g_ok[None, :, None]
-    row_off = e * stride_xe + rows[:, None, None] * stride_xm
+    """The arithmetic and the stores of one tile whose loads ``_fp8_tile_load`` returned."""
+    e, rows, valid, pad, g, g_ok, cols, mask = _tile_coords(
+        e, pid_m, pid_g, n_rows, T, T_PAD, N, GROUP, BLOCK_M, BLOCK_G, INT64
+    )
 
     # 1. The activation as stored: x itself, or silu(gate) * up [* w] rounded to the storage dtype.
     if ACT == 0:
-        y = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0).to(tl.float32)
+        y = a.to(tl.float32)
     else:
         if ACT == 1 and PAIR_WORDS:
-            # 16-bit gate/up pairs read as one 32-bit word each (little-endian: gate in the low
-            # half), in the output's own [rows, groups, GROUP] shape: no de-interleave in registers,
-            # and the load, the group maximum and the byte store share one layout
-            words = tl.load(
-                x_ptr.to(tl.pointer_type(tl.uint32), bitcast=True)
-                + (e * (stride_xe // 2) + rows[:, None, None] * (stride_xm // 2))
-                + cols,
-                mask=mask,
-                other=0,
-            )
             if BF16_BITS:
                 # a bf16 is the top half of the fp32 with the same value: one shift or one and
-                gate = (words << 16).to(tl.float32, bitcast=True)
-                up = (words & 0xFFFF0000).to(tl.float32, bitcast=True)
+                gate = (a << 16).to(tl.float32, bitcast=True)
+                up = (a & 0xFFFF0000).to(tl.float32, bitcast=True)
             else:
-                gate = (words & 0xFFFF).to(tl.uint16).to(x_ptr.dtype.element_ty, bitcast=True)
-                up = (words >> 16).to(tl.uint16).to(x_ptr.dtype.element_ty, bitcast=True)
+                gate = (a & 0xFFFF).to(tl.uint16).to(x_ptr.dtype.element_ty, bitcast=True)
+                up = (a >> 16).to(tl.uint16).to(x_ptr.dtype.element_ty, bitcast=True)
         elif ACT == 1:
-            cols2 = g[None, :, None] * (2 * GROUP) + tl.arange(0, 2 * GROUP)[None, None, :]
-            pairs = tl.load(x_ptr + row_off + cols2, mask=mask, other=0.0)
-            gate, up = tl.split(tl.reshape(pairs, (BLOCK_M, BLOCK_G, GROUP, 2)))
+            gate, up = tl.split(tl.reshape(a, (BLOCK_M, BLOCK_G, GROUP, 2)))
         else:
-            gate = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0)
-            up = tl.load(x_ptr + row_off + N + cols, mask=mask, other=0.0)
-        a = _silu_mul(gate, up, FTZ_EXP)
+            gate, up = a, b
+        act = _silu_mul(gate, up, FTZ_EXP)
         if HAS_WEIGHT:
-            w = tl.load(w_ptr + e * stride_we + rows * stride_wm, mask=valid, other=0.0, eviction_policy="evict_last")
-            a = a * w.to(tl.float32)[:, None, None]
+            act = act * w.to(tl.float32)[:, None, None]
         if BF16_BITS:
-            y = _bf16_round(a)
+            y = _bf16_round(act)
         else:
-            y = a.to(x_ptr.dtype.element_ty).to(tl.float32)
+            y = act.to(x_ptr.dtype.element_ty).to(tl.float32)
 
     # 2. One scale per group, the maximum of |y| over the non-NaN elements, +-Inf capped at the
     # largest finite float. Compiled: the fp32 max (max.f32 returns the non-NaN operand, so a NaN
@@ -538,6 +590,29 @@ def _fp8_group_tile(
     tl.store(s_ptr + s_off, s, mask=(valid | pad)[:, None] & g_ok[None, :])
 
 
+@triton.jit
+def _fp8_group_tile(
+    e, pid_m, pid_g, n_rows, x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
+    stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
+    N: tl.constexpr, GROUP: tl.constexpr, ACT: tl.constexpr, HAS_WEIGHT: tl.constexpr, UE8M0: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, INT64: tl.constexpr, HW: tl.constexpr, DIV: tl.constexpr,
+    PAIR_WORDS: tl.constexpr, FTZ_EXP: tl.constexpr, BF16_BITS: tl.constexpr, FAST_SCALE: tl.constexpr,
+    WARP_REDUX: tl.constexpr,
+):  # fmt: skip
+    """One ``[BLOCK_M rows, BLOCK_G groups]`` tile of :func:`_fp8_group_kernel`: its loads, then
+    its arithmetic and stores."""
+    a, b, w = _fp8_tile_load(
+        e, pid_m, pid_g, n_rows, x_ptr, w_ptr, T, T_PAD, stride_xe, stride_xm, stride_we, stride_wm,
+        N, GROUP, ACT, HAS_WEIGHT, BLOCK_M, BLOCK_G, INT64, PAIR_WORDS,
+    )  # fmt: skip
+    _fp8_tile_store(
+        a, b, w, e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD,
+        stride_qe, stride_qm, stride_se, stride_sm, stride_sg,
+        N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
+        FAST_SCALE, WARP_REDUX,
+    )  # fmt: skip
+
+
 @triton.jit(do_not_specialize=["T", "T_PAD", "E"])
 def _fp8_group_kernel(
     x_ptr,  # ACT_NONE: x[E, T, N]; otherwise gateup[E, T, 2N] in the layout ACT names
@@ -567,6 +642,7 @@ def _fp8_group_kernel(
     BLOCK_G: tl.constexpr,  # groups a program
     E_POW2: tl.constexpr,  # HAS_MASK: next power of two >= E
     WORK_LIST: tl.constexpr,  # HAS_MASK: a grid-sized work list instead of a program per tile slot
+    ROW_LOOP: tl.constexpr,  # HAS_MASK: a few programs an expert, each looping over its row tiles
     INT64: tl.constexpr,
     USE_PDL: tl.constexpr,
     HW: tl.constexpr,  # compiled on sm_89+: hardware e4m3 conversion and fp32 max; else integer ops
@@ -613,6 +689,48 @@ def _fp8_group_kernel(
                 FAST_SCALE, WARP_REDUX,
             )  # fmt: skip
             t += tl.num_programs(0)
+    elif HAS_MASK and ROW_LOOP:
+        # A few programs an (expert, group tile), each over row tiles k, k + P, k + 2P, ... of the
+        # rows present, the next tile's loads issued before this tile's arithmetic: the absent
+        # tiles cost no program, and a program keeps two tiles' loads in flight.
+        pid = tl.program_id(0)
+        e = tl.program_id(1)
+        pid_g = pid % G_TILES
+        step = tl.num_programs(0) // G_TILES
+        n_rows = tl.minimum(tl.maximum(tl.load(masked_m_ptr + e).to(tl.int32), 0), T)
+        rt = (n_rows + BLOCK_M - 1) // BLOCK_M  # row tiles holding a present row
+        j = pid // G_TILES
+        a, b, w = _fp8_tile_load(
+            e, j, pid_g, n_rows, x_ptr, w_ptr, T, T_PAD, stride_xe, stride_xm, stride_we, stride_wm,
+            N, GROUP, ACT, HAS_WEIGHT, BLOCK_M, BLOCK_G, INT64, PAIR_WORDS,
+        )  # fmt: skip
+        while j < rt:  # a while loop: the interpreter cannot take tensor range bounds
+            a2, b2, w2 = _fp8_tile_load(
+                e, j + step, pid_g, n_rows, x_ptr, w_ptr, T, T_PAD, stride_xe, stride_xm, stride_we, stride_wm,
+                N, GROUP, ACT, HAS_WEIGHT, BLOCK_M, BLOCK_G, INT64, PAIR_WORDS,
+            )  # fmt: skip
+            _fp8_tile_store(
+                a, b, w, e, j, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD,
+                stride_qe, stride_qm, stride_se, stride_sm, stride_sg,
+                N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP,
+                BF16_BITS, FAST_SCALE, WARP_REDUX,
+            )  # fmt: skip
+            a, b, w = a2, b2, w2
+            j += step
+        if T_PAD > T:
+            # the padding scale rows of a column-major buffer (zeros), in the tiles no present row
+            # reached: by the first program of each group tile
+            if pid < G_TILES:
+                jp = tl.maximum(rt, T // BLOCK_M)
+                while jp < (T_PAD + BLOCK_M - 1) // BLOCK_M:
+                    _fp8_group_tile(
+                        e, jp, pid_g, n_rows,
+                        x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
+                        stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm,
+                        stride_sg, N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS,
+                        FTZ_EXP, BF16_BITS, FAST_SCALE, WARP_REDUX,
+                    )  # fmt: skip
+                    jp += 1
     else:
         # one program per tile slot; masked, a program whose rows are all absent (and hold no
         # padding scale row) returns at once: cheaper than the work list until the slots are
@@ -666,6 +784,11 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
         # us at N = 3072, M <= 16; one- and two-warp programs were slower everywhere)
         return 1, min(block_g, max(1, 512 // group)), 4
     return max(1, 2048 // (block_g * group)), block_g, 4
+
+
+# masked launches past decode: programs a streaming multiprocessor for the row loop of
+# ``_fp8_group_kernel`` (0: one program per tile slot, or the work list)
+ROW_LOOP_PER_SM = 0
 
 
 def _resident_programs(device: torch.device, interpreted: bool) -> int:
@@ -951,10 +1074,15 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         w_strides = (w.stride(0), w.stride(1)) if w.dim() == 2 else (0, w.stride(0))
     interpreted = _backend.uses_interpreter(device)
     block_m, block_g, warps = _launch_config(T, G, group_size, interpreted)
-    tiles = triton.cdiv(t_pad, block_m) * triton.cdiv(G, block_g)
+    row_tiles, g_tiles = triton.cdiv(t_pad, block_m), triton.cdiv(G, block_g)
+    tiles = row_tiles * g_tiles
     resident = _resident_programs(device, interpreted) if masked_m is not None else 0
-    work_list = masked_m is not None and E * tiles > 4 * resident
-    if work_list:
+    row_loop = masked_m is not None and T > DECODE_ROWS and ROW_LOOP_PER_SM > 0
+    work_list = masked_m is not None and not row_loop and E * tiles > 4 * resident
+    if row_loop:
+        per_expert = min(row_tiles, max(1, triton.cdiv(ROW_LOOP_PER_SM * resident // 16, E * g_tiles)))
+        grid = (per_expert * g_tiles, E)
+    elif work_list:
         # many more tile slots than the GPU holds at once (experiments G, H: at E = 8, T = 2048 an
         # empty call drops from 8.3 to 3.5 us; at 1.5 waves, T = 256 N = 3072, the work list cost
         # 17-20%): a work list over the tiles present (``_fp8_group_kernel``) on a grid of what it
@@ -1005,6 +1133,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         BLOCK_G=block_g,
         E_POW2=triton.next_power_of_2(E) if work_list else 1,
         WORK_LIST=work_list,
+        ROW_LOOP=row_loop,
         INT64=int64,
         PAIR_WORDS=pair_words,
         USE_PDL=enable_pdl,

@@ -380,6 +380,52 @@ def test_masked_work_list_over_tiles_and_grids(gen, device, monkeypatch, tile, p
             assert bool((_scale_buffer(s, True).cpu()[..., T:] == 0).all())
 
 
+@pytest.mark.parametrize("tile", [(8, 1), (16, 2)])
+@pytest.mark.parametrize("per_sm", [1, 4, 64])
+def test_masked_row_loop_over_tiles_and_grids(gen, device, monkeypatch, tile, per_sm):
+    """The masked layout past decode with a few programs an (expert, group tile), each looping over
+    its row tiles with the next tile's loads issued ahead (``ROW_LOOP_PER_SM``): one program an
+    expert and group tile doing every row tile, two, one per tile; T = 70 (past DECODE_ROWS; a
+    column-major buffer pads it to 72, in a tile some counts reach and others leave to the padding
+    pass). The unfused bits on the rows present, interleaved with weights and gate || up without,
+    both scale layouts; the poison everywhere else; counts above T, negative and zero included."""
+    from inkling_kernels import fp8 as fp8_mod
+
+    E, T, N, mm = 5, 70, 256, [0, 3, 70, 90, -2]
+    assert T > fp8_mod.DECODE_ROWS
+    block_m, block_g = tile
+    monkeypatch.setattr(fp8_mod, "_launch_config", lambda rows, G, group, interpreted: (block_m, block_g, 4))
+    monkeypatch.setattr(fp8_mod, "ROW_LOOP_PER_SM", per_sm)
+    monkeypatch.setattr(fp8_mod, "_resident_programs", lambda device, interpreted: 64)  # 4 SMs, CPU and GPU
+    launched = []
+    launch = fp8_mod._backend.launch
+    monkeypatch.setattr(
+        fp8_mod._backend, "launch", lambda k, grid, *a, **kw: launched.append((grid, kw)) or launch(k, grid, *a, **kw)
+    )
+    gateup = randn((E, T, 2 * N), torch.bfloat16, gen, device)
+    w = torch.rand((E, T), generator=gen).to(device)
+    masked = torch.tensor(mm, dtype=torch.int32, device=device)
+    present = torch.arange(T)[None, :] < torch.tensor(mm).clamp(0, T)[:, None]
+    for column_major, interleaved, weights in ((False, True, w), (True, False, None), (True, True, w)):
+        out = _poisoned_out((E, T), N, 2, column_major, device)
+        launched.clear()
+        q, s = silu_and_mul_fp8_group_quant(
+            gateup, weights, interleaved=interleaved, masked_m=masked, column_major_scales=column_major, out=out
+        )
+        (grid, kw), *_ = launched
+        assert kw["ROW_LOOP"] is True and kw["WORK_LIST"] is False
+        g_tiles = (N // 128 + block_g - 1) // block_g
+        t_pad = (T + 3) // 4 * 4 if column_major else T
+        row_tiles = (t_pad + block_m - 1) // block_m
+        per_expert = min(row_tiles, -(-per_sm * 4 // (E * g_tiles)))  # 1, a few, one per row tile
+        assert grid == (per_expert * g_tiles, E), (grid, per_expert, g_tiles)
+        act, (uq, us) = _unfused(gateup, weights, interleaved, 128, False, column_major)
+        assert bits_equal(q.cpu()[present], uq.cpu()[present]) and bits_equal(s.cpu()[present], us.cpu()[present])
+        assert bool((_bytes(q)[~present] == POISON_Q).all()) and bool(torch.isnan(s.cpu()[~present]).all())
+        if column_major:
+            assert bool((_scale_buffer(s, True).cpu()[..., T:] == 0).all())
+
+
 def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
     """The compiled launch heuristic: at decode (rows <= 64) a program covers one row and at most
     512 elements (experiment G); past decode 2048 elements. The masked layout runs the work list

@@ -556,6 +556,73 @@ def masked_small() -> list[dict]:
     return _masked_rows(256, ragged, (sum(ragged), 16), "fp8 masked small")
 
 
+# Experiment L (2026-12-01): the masked layout past decode with a few programs an expert, each
+# looping over its row tiles with the next tile's loads issued ahead (``ROW_LOOP_PER_SM`` programs a
+# streaming multiprocessor; 0 is the published launch: one program per tile slot, or the work list
+# past 4x the resident programs), at T = 256 (the benchmark's shape) and T = 2048 (the work list's).
+L_LOOPS = (0, 2, 4, 8)
+
+
+def _row_loop(per_sm: int, fn):
+    def call():
+        saved = fp8_mod.ROW_LOOP_PER_SM
+        fp8_mod.ROW_LOOP_PER_SM = per_sm
+        try:
+            return fn()
+        finally:
+            fp8_mod.ROW_LOOP_PER_SM = saved
+
+    return call
+
+
+def _masked_loop_rows(T: int, ragged: tuple, flat_rows: tuple, desc: str) -> list[dict]:
+    """``_masked_rows`` for every ``L_LOOPS`` variant in the same passes; each variant's rows
+    present (bytes and scales) compared bit for bit with the published launch's, and the rows
+    absent left as poisoned, before timing."""
+    from inkling_kernels.fp8 import empty_scales
+
+    op = fp8_mod.silu_and_mul_fp8_group_quant
+    rows = []
+    E = 8
+    counts = {"full": (T,) * E, "ragged": ragged, "none": (0,) * E}
+    for N in tqdm((1536, 3072), desc=desc):
+        gateup = torch.randn((E, T, 2 * N), device="cuda").bfloat16()
+        calls = {}
+        for name, mm in counts.items():
+            m = torch.tensor(mm, dtype=torch.int32, device="cuda")
+            present = torch.arange(T, device="cuda")[None, :] < m[:, None]
+            ref = None
+            for per_sm in L_LOOPS:
+                q = torch.full((E, T, N), 0x7F, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
+                s = empty_scales((E, T), N // 128, False, "cuda").fill_(float("nan"))
+                fn = _row_loop(per_sm, lambda m=m, q=q, s=s: op(gateup, masked_m=m, out=(q, s), interleaved=False))
+                fn()
+                torch.cuda.synchronize()
+                got = (q[present].clone(), s[present].clone())
+                assert bool((q.view(torch.uint8)[~present] == 0x7F).all()), (N, name, per_sm)
+                assert bool(torch.isnan(s[~present]).all()), (N, name, per_sm)
+                if ref is None:
+                    ref = got
+                assert bits_equal(got[0], ref[0]) and bits_equal(got[1], ref[1]), (N, name, per_sm)
+                calls[f"{'slot' if per_sm == 0 else f'loop{per_sm}'}_{name}_{sum(mm)}"] = fn
+        for present_rows in flat_rows:
+            flat = torch.randn((present_rows, 2 * N), device="cuda").bfloat16()
+            out = (
+                torch.empty((present_rows, N), dtype=torch.float8_e4m3fn, device="cuda"),
+                empty_scales((present_rows,), N // 128, False, "cuda"),
+            )
+            calls[f"2d_{present_rows}"] = lambda flat=flat, out=out: op(flat, out=out, interleaved=False)
+        rows.append({"N": N, "E": E, "T": T, "ragged_counts": ragged, **_timings(calls)})
+    return rows
+
+
+def masked_l() -> list[dict]:
+    ragged = tuple(fp8_bench.MASKED_COUNTS)
+    small = _masked_loop_rows(256, ragged, (sum(ragged), 8 * 256, 16), "fp8 masked L, T = 256")
+    big = tuple(8 * c for c in ragged)
+    return small + _masked_loop_rows(2048, big, (sum(big),), "fp8 masked L, T = 2048")
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
     steps = argv[1].split(",") if len(argv) > 1 else ["e4m3", "fp8", "decode", "host"]
@@ -589,6 +656,7 @@ def main(argv: list[str]) -> int:
                 "fp8k": fp8k,
                 "fp8i": fp8i,
                 "masked_small": masked_small,
+                "masked_l": masked_l,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
         out.write_text(json.dumps(doc, indent=1) + "\n")
