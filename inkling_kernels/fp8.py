@@ -613,6 +613,19 @@ def _fp8_group_tile(
     )  # fmt: skip
 
 
+@triton.jit
+def _work_item(t, eo, cnt, rt, tiles, ends, pad_lo, G_TILES: tl.constexpr):
+    """Item ``t`` of the masked work list: (expert, row tile, group tile, rows present in that
+    expert); past the list's end an expert index of E or more with no row present."""
+    e = tl.sum((ends <= t).to(tl.int32), 0)
+    sel = eo == e
+    local = t - tl.sum(tl.where(sel, ends - tiles, 0), 0)
+    j = local // G_TILES
+    rt_e = tl.sum(tl.where(sel, rt, 0), 0)
+    pid_m = tl.where(j < rt_e, j, tl.maximum(rt_e, pad_lo) + (j - rt_e))
+    return e, pid_m, local % G_TILES, tl.sum(tl.where(sel, cnt, 0), 0)
+
+
 @triton.jit(do_not_specialize=["T", "T_PAD", "E"])
 def _fp8_group_kernel(
     x_ptr,  # ACT_NONE: x[E, T, N]; otherwise gateup[E, T, 2N] in the layout ACT names
@@ -642,7 +655,6 @@ def _fp8_group_kernel(
     BLOCK_G: tl.constexpr,  # groups a program
     E_POW2: tl.constexpr,  # HAS_MASK: next power of two >= E
     WORK_LIST: tl.constexpr,  # HAS_MASK: a grid-sized work list instead of a program per tile slot
-    ROW_LOOP: tl.constexpr,  # HAS_MASK: a few programs an expert, each looping over its row tiles
     INT64: tl.constexpr,
     USE_PDL: tl.constexpr,
     HW: tl.constexpr,  # compiled on sm_89+: hardware e4m3 conversion and fp32 max; else integer ops
@@ -662,7 +674,8 @@ def _fp8_group_kernel(
         # A work list over the tiles that hold a present row (or a padding scale row to zero),
         # expert after expert, shared out over a grid sized to the GPU: the time follows the
         # rows present, not E x T (an empty tile is never visited). Every program reads the E
-        # counts itself, so nothing is read back on the host.
+        # counts itself, so nothing is read back on the host. A program issues its next tile's
+        # loads before this tile's arithmetic and stores: two tiles' loads in flight.
         eo = tl.arange(0, E_POW2)
         cnt = tl.load(masked_m_ptr + eo, mask=eo < E, other=0).to(tl.int32)
         cnt = tl.minimum(tl.maximum(cnt, 0), T)
@@ -674,63 +687,25 @@ def _fp8_group_kernel(
         ends = tl.cumsum(tiles, 0)
         total = tl.sum(tiles, 0)
         t = tl.program_id(0)
-        while t < total:  # a while loop: the interpreter cannot take tensor range bounds
-            e = tl.sum((ends <= t).to(tl.int32), 0)
-            sel = eo == e
-            local = t - tl.sum(tl.where(sel, ends - tiles, 0), 0)
-            j = local // G_TILES
-            rt_e = tl.sum(tl.where(sel, rt, 0), 0)
-            pid_m = tl.where(j < rt_e, j, tl.maximum(rt_e, pad_lo) + (j - rt_e))
-            _fp8_group_tile(
-                e, pid_m, local % G_TILES, tl.sum(tl.where(sel, cnt, 0), 0),
-                x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
-                stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
-                N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
-                FAST_SCALE, WARP_REDUX,
-            )  # fmt: skip
-            t += tl.num_programs(0)
-    elif HAS_MASK and ROW_LOOP:
-        # A few programs an (expert, group tile), each over row tiles k, k + P, k + 2P, ... of the
-        # rows present, the next tile's loads issued before this tile's arithmetic: the absent
-        # tiles cost no program, and a program keeps two tiles' loads in flight.
-        pid = tl.program_id(0)
-        e = tl.program_id(1)
-        pid_g = pid % G_TILES
-        step = tl.num_programs(0) // G_TILES
-        n_rows = tl.minimum(tl.maximum(tl.load(masked_m_ptr + e).to(tl.int32), 0), T)
-        rt = (n_rows + BLOCK_M - 1) // BLOCK_M  # row tiles holding a present row
-        j = pid // G_TILES
+        e, pid_m, pid_g, n_rows = _work_item(t, eo, cnt, rt, tiles, ends, pad_lo, G_TILES)
         a, b, w = _fp8_tile_load(
-            e, j, pid_g, n_rows, x_ptr, w_ptr, T, T_PAD, stride_xe, stride_xm, stride_we, stride_wm,
+            e, pid_m, pid_g, n_rows, x_ptr, w_ptr, T, T_PAD, stride_xe, stride_xm, stride_we, stride_wm,
             N, GROUP, ACT, HAS_WEIGHT, BLOCK_M, BLOCK_G, INT64, PAIR_WORDS,
         )  # fmt: skip
-        while j < rt:  # a while loop: the interpreter cannot take tensor range bounds
+        while t < total:  # a while loop: the interpreter cannot take tensor range bounds
+            t2 = t + tl.num_programs(0)  # past the list: no row present, nothing loaded
+            e2, pid_m2, pid_g2, n_rows2 = _work_item(t2, eo, cnt, rt, tiles, ends, pad_lo, G_TILES)
             a2, b2, w2 = _fp8_tile_load(
-                e, j + step, pid_g, n_rows, x_ptr, w_ptr, T, T_PAD, stride_xe, stride_xm, stride_we, stride_wm,
+                e2, pid_m2, pid_g2, n_rows2, x_ptr, w_ptr, T, T_PAD, stride_xe, stride_xm, stride_we, stride_wm,
                 N, GROUP, ACT, HAS_WEIGHT, BLOCK_M, BLOCK_G, INT64, PAIR_WORDS,
             )  # fmt: skip
             _fp8_tile_store(
-                a, b, w, e, j, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD,
+                a, b, w, e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD,
                 stride_qe, stride_qm, stride_se, stride_sm, stride_sg,
                 N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP,
                 BF16_BITS, FAST_SCALE, WARP_REDUX,
             )  # fmt: skip
-            a, b, w = a2, b2, w2
-            j += step
-        if T_PAD > T:
-            # the padding scale rows of a column-major buffer (zeros), in the tiles no present row
-            # reached: by the first program of each group tile
-            if pid < G_TILES:
-                jp = tl.maximum(rt, T // BLOCK_M)
-                while jp < (T_PAD + BLOCK_M - 1) // BLOCK_M:
-                    _fp8_group_tile(
-                        e, jp, pid_g, n_rows,
-                        x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
-                        stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm,
-                        stride_sg, N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS,
-                        FTZ_EXP, BF16_BITS, FAST_SCALE, WARP_REDUX,
-                    )  # fmt: skip
-                    jp += 1
+            a, b, w, e, pid_m, pid_g, n_rows, t = a2, b2, w2, e2, pid_m2, pid_g2, n_rows2, t2
     else:
         # one program per tile slot; masked, a program whose rows are all absent (and hold no
         # padding scale row) returns at once: cheaper than the work list until the slots are
@@ -786,9 +761,10 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
     return max(1, 2048 // (block_g * group)), block_g, 4
 
 
-# masked launches past decode: programs a streaming multiprocessor for the row loop of
-# ``_fp8_group_kernel`` (0: one program per tile slot, or the work list)
-ROW_LOOP_PER_SM = 0
+# the masked layout's work list: taken past WORK_LIST_PAST times the resident programs in tile
+# slots (else one program per slot), on WORK_LIST_PER_SM programs a streaming multiprocessor
+WORK_LIST_PAST = 4
+WORK_LIST_PER_SM = 16
 
 
 def _resident_programs(device: torch.device, interpreted: bool) -> int:
@@ -1074,20 +1050,15 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         w_strides = (w.stride(0), w.stride(1)) if w.dim() == 2 else (0, w.stride(0))
     interpreted = _backend.uses_interpreter(device)
     block_m, block_g, warps = _launch_config(T, G, group_size, interpreted)
-    row_tiles, g_tiles = triton.cdiv(t_pad, block_m), triton.cdiv(G, block_g)
-    tiles = row_tiles * g_tiles
+    tiles = triton.cdiv(t_pad, block_m) * triton.cdiv(G, block_g)
     resident = _resident_programs(device, interpreted) if masked_m is not None else 0
-    row_loop = masked_m is not None and T > DECODE_ROWS and ROW_LOOP_PER_SM > 0
-    work_list = masked_m is not None and not row_loop and E * tiles > 4 * resident
-    if row_loop:
-        per_expert = min(row_tiles, max(1, triton.cdiv(ROW_LOOP_PER_SM * resident // 16, E * g_tiles)))
-        grid = (per_expert * g_tiles, E)
-    elif work_list:
+    work_list = masked_m is not None and E * tiles > WORK_LIST_PAST * resident
+    if work_list:
         # many more tile slots than the GPU holds at once (experiments G, H: at E = 8, T = 2048 an
         # empty call drops from 8.3 to 3.5 us; at 1.5 waves, T = 256 N = 3072, the work list cost
         # 17-20%): a work list over the tiles present (``_fp8_group_kernel``) on a grid of what it
         # holds
-        grid = (resident, 1)
+        grid = (max(1, resident * WORK_LIST_PER_SM // 16), 1)
     else:
         grid = (tiles, E)
     s_extent = sum((n - 1) * st for n, st in zip((E, t_pad, G), s_strides, strict=True)) + 1
@@ -1133,7 +1104,6 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         BLOCK_G=block_g,
         E_POW2=triton.next_power_of_2(E) if work_list else 1,
         WORK_LIST=work_list,
-        ROW_LOOP=row_loop,
         INT64=int64,
         PAIR_WORDS=pair_words,
         USE_PDL=enable_pdl,

@@ -382,21 +382,21 @@ def test_masked_work_list_over_tiles_and_grids(gen, device, monkeypatch, tile, p
 
 @pytest.mark.parametrize("tile", [(8, 1), (16, 2)])
 @pytest.mark.parametrize("per_sm", [1, 4, 64])
-def test_masked_row_loop_over_tiles_and_grids(gen, device, monkeypatch, tile, per_sm):
-    """The masked layout past decode with a few programs an (expert, group tile), each looping over
-    its row tiles with the next tile's loads issued ahead (``ROW_LOOP_PER_SM``): one program an
-    expert and group tile doing every row tile, two, one per tile; T = 70 (past DECODE_ROWS; a
-    column-major buffer pads it to 72, in a tile some counts reach and others leave to the padding
-    pass). The unfused bits on the rows present, interleaved with weights and gate || up without,
-    both scale layouts; the poison everywhere else; counts above T, negative and zero included."""
+def test_masked_work_list_prefetch_with_weights_and_layouts(gen, device, monkeypatch, tile, per_sm):
+    """The work list issues each program's next tile's loads before the current tile's arithmetic:
+    on grids of one program doing every tile, a few, more than there are tiles (``WORK_LIST_PER_SM``
+    programs an SM of four), T = 70 (a column-major buffer pads it to 72, in a tile some counts reach
+    and others leave to a padding item), interleaved with weights and gate || up without, both
+    scale layouts: the unfused bits on the rows present, the poison everywhere else; counts above
+    T, negative and zero included."""
     from inkling_kernels import fp8 as fp8_mod
 
     E, T, N, mm = 5, 70, 256, [0, 3, 70, 90, -2]
-    assert T > fp8_mod.DECODE_ROWS
     block_m, block_g = tile
     monkeypatch.setattr(fp8_mod, "_launch_config", lambda rows, G, group, interpreted: (block_m, block_g, 4))
-    monkeypatch.setattr(fp8_mod, "ROW_LOOP_PER_SM", per_sm)
     monkeypatch.setattr(fp8_mod, "_resident_programs", lambda device, interpreted: 64)  # 4 SMs, CPU and GPU
+    monkeypatch.setattr(fp8_mod, "WORK_LIST_PAST", 0)  # the work list whatever the slots
+    monkeypatch.setattr(fp8_mod, "WORK_LIST_PER_SM", per_sm)
     launched = []
     launch = fp8_mod._backend.launch
     monkeypatch.setattr(
@@ -413,12 +413,7 @@ def test_masked_row_loop_over_tiles_and_grids(gen, device, monkeypatch, tile, pe
             gateup, weights, interleaved=interleaved, masked_m=masked, column_major_scales=column_major, out=out
         )
         (grid, kw), *_ = launched
-        assert kw["ROW_LOOP"] is True and kw["WORK_LIST"] is False
-        g_tiles = (N // 128 + block_g - 1) // block_g
-        t_pad = (T + 3) // 4 * 4 if column_major else T
-        row_tiles = (t_pad + block_m - 1) // block_m
-        per_expert = min(row_tiles, -(-per_sm * 4 // (E * g_tiles)))  # 1, a few, one per row tile
-        assert grid == (per_expert * g_tiles, E), (grid, per_expert, g_tiles)
+        assert kw["WORK_LIST"] is True and grid == (4 * per_sm, 1), grid
         act, (uq, us) = _unfused(gateup, weights, interleaved, 128, False, column_major)
         assert bits_equal(q.cpu()[present], uq.cpu()[present]) and bits_equal(s.cpu()[present], us.cpu()[present])
         assert bool((_bytes(q)[~present] == POISON_Q).all()) and bool(torch.isnan(s.cpu()[~present]).all())

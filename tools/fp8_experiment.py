@@ -556,29 +556,51 @@ def masked_small() -> list[dict]:
     return _masked_rows(256, ragged, (sum(ragged), 16), "fp8 masked small")
 
 
-# Experiment L (2026-12-01): the masked layout past decode with a few programs an expert, each
-# looping over its row tiles with the next tile's loads issued ahead (``ROW_LOOP_PER_SM`` programs a
-# streaming multiprocessor; 0 is the published launch: one program per tile slot, or the work list
-# past 4x the resident programs), at T = 256 (the benchmark's shape) and T = 2048 (the work list's).
-L_LOOPS = (0, 2, 4, 8)
+# Experiment L (2026-12-01, at ca8c208, `data/experiments/experiment_l_h200.json`): a row loop of a
+# few programs an expert, since removed; its step is in the tool at that commit.
+#
+# Experiment M: the masked layout's work list with the next tile's loads issued ahead, on grids of
+# 4, 8 and 16 programs a streaming multiprocessor (16: the published grid), forced at T = 256 where
+# the launch is otherwise one program per tile slot; and that one-per-slot launch with larger
+# programs (elements a program / warps: fewer programs, the same 16 elements a thread).
+M_VARIANTS = {
+    "published": {},
+    "wl4": {"WORK_LIST_PAST": 0, "WORK_LIST_PER_SM": 4},
+    "wl8": {"WORK_LIST_PAST": 0, "WORK_LIST_PER_SM": 8},
+    "wl16": {"WORK_LIST_PAST": 0, "WORK_LIST_PER_SM": 16},
+    "slot_4096/8w": {"WORK_LIST_PAST": 10**9, "tile": (4096, 8)},
+    "slot_8192/16w": {"WORK_LIST_PAST": 10**9, "tile": (8192, 16)},
+}
 
 
-def _row_loop(per_sm: int, fn):
+def _masked_variant(v: dict, fn):
     def call():
-        saved = fp8_mod.ROW_LOOP_PER_SM
-        fp8_mod.ROW_LOOP_PER_SM = per_sm
+        saved = {k: getattr(fp8_mod, k) for k in ("WORK_LIST_PAST", "WORK_LIST_PER_SM", "_launch_config")}
+        for k, val in v.items():
+            if k != "tile":
+                setattr(fp8_mod, k, val)
+        if "tile" in v:
+            elems, warps = v["tile"]
+            cfg = saved["_launch_config"]
+
+            def tile_cfg(rows, G, group, interpreted):
+                block_m, block_g, _ = cfg(rows, G, group, interpreted)
+                return max(1, elems // (block_g * group)), block_g, warps
+
+            fp8_mod._launch_config = tile_cfg
         try:
             return fn()
         finally:
-            fp8_mod.ROW_LOOP_PER_SM = saved
+            for k, val in saved.items():
+                setattr(fp8_mod, k, val)
 
     return call
 
 
-def _masked_loop_rows(T: int, ragged: tuple, flat_rows: tuple, desc: str) -> list[dict]:
-    """``_masked_rows`` for every ``L_LOOPS`` variant in the same passes; each variant's rows
-    present (bytes and scales) compared bit for bit with the published launch's, and the rows
-    absent left as poisoned, before timing."""
+def _masked_variant_rows(T: int, ragged: tuple, flat_rows: tuple, variants: dict, desc: str) -> list[dict]:
+    """``_masked_rows`` for every variant in the same passes; each variant's rows present (bytes
+    and scales) compared bit for bit with the published launch's, and the rows absent left as
+    poisoned, before timing."""
     from inkling_kernels.fp8 import empty_scales
 
     op = fp8_mod.silu_and_mul_fp8_group_quant
@@ -592,19 +614,19 @@ def _masked_loop_rows(T: int, ragged: tuple, flat_rows: tuple, desc: str) -> lis
             m = torch.tensor(mm, dtype=torch.int32, device="cuda")
             present = torch.arange(T, device="cuda")[None, :] < m[:, None]
             ref = None
-            for per_sm in L_LOOPS:
+            for vname, v in variants.items():
                 q = torch.full((E, T, N), 0x7F, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
                 s = empty_scales((E, T), N // 128, False, "cuda").fill_(float("nan"))
-                fn = _row_loop(per_sm, lambda m=m, q=q, s=s: op(gateup, masked_m=m, out=(q, s), interleaved=False))
+                fn = _masked_variant(v, lambda m=m, q=q, s=s: op(gateup, masked_m=m, out=(q, s), interleaved=False))
                 fn()
                 torch.cuda.synchronize()
                 got = (q[present].clone(), s[present].clone())
-                assert bool((q.view(torch.uint8)[~present] == 0x7F).all()), (N, name, per_sm)
-                assert bool(torch.isnan(s[~present]).all()), (N, name, per_sm)
+                assert bool((q.view(torch.uint8)[~present] == 0x7F).all()), (N, name, vname)
+                assert bool(torch.isnan(s[~present]).all()), (N, name, vname)
                 if ref is None:
                     ref = got
-                assert bits_equal(got[0], ref[0]) and bits_equal(got[1], ref[1]), (N, name, per_sm)
-                calls[f"{'slot' if per_sm == 0 else f'loop{per_sm}'}_{name}_{sum(mm)}"] = fn
+                assert bits_equal(got[0], ref[0]) and bits_equal(got[1], ref[1]), (N, name, vname)
+                calls[f"{vname}_{name}_{sum(mm)}"] = fn
         for present_rows in flat_rows:
             flat = torch.randn((present_rows, 2 * N), device="cuda").bfloat16()
             out = (
@@ -616,11 +638,12 @@ def _masked_loop_rows(T: int, ragged: tuple, flat_rows: tuple, desc: str) -> lis
     return rows
 
 
-def masked_l() -> list[dict]:
+def masked_m() -> list[dict]:
     ragged = tuple(fp8_bench.MASKED_COUNTS)
-    small = _masked_loop_rows(256, ragged, (sum(ragged), 8 * 256, 16), "fp8 masked L, T = 256")
+    small = _masked_variant_rows(256, ragged, (sum(ragged), 8 * 256, 16), M_VARIANTS, "fp8 masked M, T = 256")
     big = tuple(8 * c for c in ragged)
-    return small + _masked_loop_rows(2048, big, (sum(big),), "fp8 masked L, T = 2048")
+    large = {k: v for k, v in M_VARIANTS.items() if not k.startswith("slot")}
+    return small + _masked_variant_rows(2048, big, (sum(big),), large, "fp8 masked M, T = 2048")
 
 
 def main(argv: list[str]) -> int:
@@ -656,7 +679,7 @@ def main(argv: list[str]) -> int:
                 "fp8k": fp8k,
                 "fp8i": fp8i,
                 "masked_small": masked_small,
-                "masked_l": masked_l,
+                "masked_m": masked_m,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
         out.write_text(json.dumps(doc, indent=1) + "\n")
