@@ -402,98 +402,23 @@ def _division_paths_kernel(
 
 
 @triton.jit
-def _tile_coords(e, pid_m, pid_g, n_rows, T, T_PAD, N: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr,
-                 BLOCK_G: tl.constexpr, INT64: tl.constexpr):  # fmt: skip
-    """Rows, groups and masks of one ``[BLOCK_M rows, BLOCK_G groups]`` tile."""
-    G: tl.constexpr = N // GROUP
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    if INT64:
-        rows = rows.to(tl.int64)
-        e = e.to(tl.int64)
-    valid = rows < n_rows  # token rows that are read and written
-    pad = (rows >= T) & (rows < T_PAD)  # padding rows of a column-major scale buffer: scale 0
-    g = pid_g * BLOCK_G + tl.arange(0, BLOCK_G)  # group index along N
-    g_ok = g < G
-    cols = g[None, :, None] * GROUP + tl.arange(0, GROUP)[None, None, :]  # [1, BLOCK_G, GROUP]
-    mask = valid[:, None, None] & g_ok[None, :, None]
-    return e, rows, valid, pad, g, g_ok, cols, mask
-
-
-@triton.jit
-def _fp8_tile_load(
+def _fp8_group_tile(
     e,  # expert (0 for 2-D inputs)
     pid_m,  # row tile: rows pid_m * BLOCK_M + [0, BLOCK_M)
     pid_g,  # group tile: groups pid_g * BLOCK_G + [0, BLOCK_G)
-    n_rows,  # rows present in this expert (T unless masked): the others are not read
+    n_rows,  # rows present in this expert (T unless masked)
     x_ptr,
     w_ptr,
-    T,
-    T_PAD,
-    stride_xe,
-    stride_xm,
-    stride_we,
-    stride_wm,
-    N: tl.constexpr,
-    GROUP: tl.constexpr,
-    ACT: tl.constexpr,
-    HAS_WEIGHT: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_G: tl.constexpr,
-    INT64: tl.constexpr,
-    PAIR_WORDS: tl.constexpr,
-):
-    """The loads of one tile, as loaded (``_fp8_tile_store`` does the arithmetic): ``(a, b, w)``
-    = (x, x) for ``ACT_NONE``; the 32-bit (gate, up) words twice (``PAIR_WORDS``); the interleaved
-    pairs twice; or (gate, up); ``w`` the rows' weights (HAS_WEIGHT; else a placeholder)."""
-    e, rows, valid, pad, g, g_ok, cols, mask = _tile_coords(
-        e, pid_m, pid_g, n_rows, T, T_PAD, N, GROUP, BLOCK_M, BLOCK_G, INT64
-    )
-    row_off = e * stride_xe + rows[:, None, None] * stride_xm
-    if ACT == 0:
-        a = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0)
-        b = a
-    elif ACT == 1 and PAIR_WORDS:
-        # 16-bit gate/up pairs read as one 32-bit word each (little-endian: gate in the low
-        # half), in the output's own [rows, groups, GROUP] shape: no de-interleave in registers,
-        # and the load, the group maximum and the byte store share one layout
-        a = tl.load(
-            x_ptr.to(tl.pointer_type(tl.uint32), bitcast=True)
-            + (e * (stride_xe // 2) + rows[:, None, None] * (stride_xm // 2))
-            + cols,
-            mask=mask,
-            other=0,
-        )
-        b = a
-    elif ACT == 1:
-        cols2 = g[None, :, None] * (2 * GROUP) + tl.arange(0, 2 * GROUP)[None, None, :]
-        a = tl.load(x_ptr + row_off + cols2, mask=mask, other=0.0)
-        b = a
-    else:
-        a = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0)
-        b = tl.load(x_ptr + row_off + N + cols, mask=mask, other=0.0)
-    if HAS_WEIGHT:
-        w = tl.load(w_ptr + e * stride_we + rows * stride_wm, mask=valid, other=0.0, eviction_policy="evict_last")
-    else:
-        w = valid
-    return a, b, w
-
-
-@triton.jit
-def _fp8_tile_store(
-    a,  # the tile's loads (``_fp8_tile_load``)
-    b,
-    w,
-    e,
-    pid_m,
-    pid_g,
-    n_rows,
-    x_ptr,
     q_ptr,
     s_ptr,
     T,
     T_PAD,
+    stride_xe,
+    stride_xm,
     stride_qe,
     stride_qm,
+    stride_we,
+    stride_wm,
     stride_se,
     stride_sm,
     stride_sg,
@@ -513,34 +438,57 @@ def _fp8_tile_store(
     FAST_SCALE: tl.constexpr,
     WARP_REDUX: tl.constexpr,
 ):
-    """The arithmetic and the stores of one tile whose loads ``_fp8_tile_load`` returned."""
-    e, rows, valid, pad, g, g_ok, cols, mask = _tile_coords(
-        e, pid_m, pid_g, n_rows, T, T_PAD, N, GROUP, BLOCK_M, BLOCK_G, INT64
-    )
+    """One ``[BLOCK_M rows, BLOCK_G groups]`` tile of :func:`_fp8_group_kernel`."""
+    G: tl.constexpr = N // GROUP
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    if INT64:
+        rows = rows.to(tl.int64)
+        e = e.to(tl.int64)
+    valid = rows < n_rows  # token rows that are read and written
+    pad = (rows >= T) & (rows < T_PAD)  # padding rows of a column-major scale buffer: scale 0
+    g = pid_g * BLOCK_G + tl.arange(0, BLOCK_G)  # group index along N
+    g_ok = g < G
+    cols = g[None, :, None] * GROUP + tl.arange(0, GROUP)[None, None, :]  # [1, BLOCK_G, GROUP]
+    mask = valid[:, None, None] & g_ok[None, :, None]
+    row_off = e * stride_xe + rows[:, None, None] * stride_xm
 
     # 1. The activation as stored: x itself, or silu(gate) * up [* w] rounded to the storage dtype.
     if ACT == 0:
-        y = a.to(tl.float32)
+        y = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0).to(tl.float32)
     else:
         if ACT == 1 and PAIR_WORDS:
+            # 16-bit gate/up pairs read as one 32-bit word each (little-endian: gate in the low
+            # half), in the output's own [rows, groups, GROUP] shape: no de-interleave in registers,
+            # and the load, the group maximum and the byte store share one layout
+            words = tl.load(
+                x_ptr.to(tl.pointer_type(tl.uint32), bitcast=True)
+                + (e * (stride_xe // 2) + rows[:, None, None] * (stride_xm // 2))
+                + cols,
+                mask=mask,
+                other=0,
+            )
             if BF16_BITS:
                 # a bf16 is the top half of the fp32 with the same value: one shift or one and
-                gate = (a << 16).to(tl.float32, bitcast=True)
-                up = (a & 0xFFFF0000).to(tl.float32, bitcast=True)
+                gate = (words << 16).to(tl.float32, bitcast=True)
+                up = (words & 0xFFFF0000).to(tl.float32, bitcast=True)
             else:
-                gate = (a & 0xFFFF).to(tl.uint16).to(x_ptr.dtype.element_ty, bitcast=True)
-                up = (a >> 16).to(tl.uint16).to(x_ptr.dtype.element_ty, bitcast=True)
+                gate = (words & 0xFFFF).to(tl.uint16).to(x_ptr.dtype.element_ty, bitcast=True)
+                up = (words >> 16).to(tl.uint16).to(x_ptr.dtype.element_ty, bitcast=True)
         elif ACT == 1:
-            gate, up = tl.split(tl.reshape(a, (BLOCK_M, BLOCK_G, GROUP, 2)))
+            cols2 = g[None, :, None] * (2 * GROUP) + tl.arange(0, 2 * GROUP)[None, None, :]
+            pairs = tl.load(x_ptr + row_off + cols2, mask=mask, other=0.0)
+            gate, up = tl.split(tl.reshape(pairs, (BLOCK_M, BLOCK_G, GROUP, 2)))
         else:
-            gate, up = a, b
-        act = _silu_mul(gate, up, FTZ_EXP)
+            gate = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0)
+            up = tl.load(x_ptr + row_off + N + cols, mask=mask, other=0.0)
+        a = _silu_mul(gate, up, FTZ_EXP)
         if HAS_WEIGHT:
-            act = act * w.to(tl.float32)[:, None, None]
+            w = tl.load(w_ptr + e * stride_we + rows * stride_wm, mask=valid, other=0.0, eviction_policy="evict_last")
+            a = a * w.to(tl.float32)[:, None, None]
         if BF16_BITS:
-            y = _bf16_round(act)
+            y = _bf16_round(a)
         else:
-            y = act.to(x_ptr.dtype.element_ty).to(tl.float32)
+            y = a.to(x_ptr.dtype.element_ty).to(tl.float32)
 
     # 2. One scale per group, the maximum of |y| over the non-NaN elements, +-Inf capped at the
     # largest finite float. Compiled: the fp32 max (max.f32 returns the non-NaN operand, so a NaN
@@ -590,42 +538,6 @@ def _fp8_tile_store(
     tl.store(s_ptr + s_off, s, mask=(valid | pad)[:, None] & g_ok[None, :])
 
 
-@triton.jit
-def _fp8_group_tile(
-    e, pid_m, pid_g, n_rows, x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
-    stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
-    N: tl.constexpr, GROUP: tl.constexpr, ACT: tl.constexpr, HAS_WEIGHT: tl.constexpr, UE8M0: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, INT64: tl.constexpr, HW: tl.constexpr, DIV: tl.constexpr,
-    PAIR_WORDS: tl.constexpr, FTZ_EXP: tl.constexpr, BF16_BITS: tl.constexpr, FAST_SCALE: tl.constexpr,
-    WARP_REDUX: tl.constexpr,
-):  # fmt: skip
-    """One ``[BLOCK_M rows, BLOCK_G groups]`` tile of :func:`_fp8_group_kernel`: its loads, then
-    its arithmetic and stores."""
-    a, b, w = _fp8_tile_load(
-        e, pid_m, pid_g, n_rows, x_ptr, w_ptr, T, T_PAD, stride_xe, stride_xm, stride_we, stride_wm,
-        N, GROUP, ACT, HAS_WEIGHT, BLOCK_M, BLOCK_G, INT64, PAIR_WORDS,
-    )  # fmt: skip
-    _fp8_tile_store(
-        a, b, w, e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD,
-        stride_qe, stride_qm, stride_se, stride_sm, stride_sg,
-        N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
-        FAST_SCALE, WARP_REDUX,
-    )  # fmt: skip
-
-
-@triton.jit
-def _work_item(t, eo, cnt, rt, tiles, ends, pad_lo, G_TILES: tl.constexpr):
-    """Item ``t`` of the masked work list: (expert, row tile, group tile, rows present in that
-    expert); past the list's end an expert index of E or more with no row present."""
-    e = tl.sum((ends <= t).to(tl.int32), 0)
-    sel = eo == e
-    local = t - tl.sum(tl.where(sel, ends - tiles, 0), 0)
-    j = local // G_TILES
-    rt_e = tl.sum(tl.where(sel, rt, 0), 0)
-    pid_m = tl.where(j < rt_e, j, tl.maximum(rt_e, pad_lo) + (j - rt_e))
-    return e, pid_m, local % G_TILES, tl.sum(tl.where(sel, cnt, 0), 0)
-
-
 @triton.jit(do_not_specialize=["T", "T_PAD", "E"])
 def _fp8_group_kernel(
     x_ptr,  # ACT_NONE: x[E, T, N]; otherwise gateup[E, T, 2N] in the layout ACT names
@@ -655,6 +567,7 @@ def _fp8_group_kernel(
     BLOCK_G: tl.constexpr,  # groups a program
     E_POW2: tl.constexpr,  # HAS_MASK: next power of two >= E
     WORK_LIST: tl.constexpr,  # HAS_MASK: a grid-sized work list instead of a program per tile slot
+    SLOTS_BY_ROW: tl.constexpr,  # HAS_MASK, one program per slot: a 1-D grid, row tiles outermost
     INT64: tl.constexpr,
     USE_PDL: tl.constexpr,
     HW: tl.constexpr,  # compiled on sm_89+: hardware e4m3 conversion and fp32 max; else integer ops
@@ -674,8 +587,7 @@ def _fp8_group_kernel(
         # A work list over the tiles that hold a present row (or a padding scale row to zero),
         # expert after expert, shared out over a grid sized to the GPU: the time follows the
         # rows present, not E x T (an empty tile is never visited). Every program reads the E
-        # counts itself, so nothing is read back on the host. A program issues its next tile's
-        # loads before this tile's arithmetic and stores: two tiles' loads in flight.
+        # counts itself, so nothing is read back on the host.
         eo = tl.arange(0, E_POW2)
         cnt = tl.load(masked_m_ptr + eo, mask=eo < E, other=0).to(tl.int32)
         cnt = tl.minimum(tl.maximum(cnt, 0), T)
@@ -687,31 +599,39 @@ def _fp8_group_kernel(
         ends = tl.cumsum(tiles, 0)
         total = tl.sum(tiles, 0)
         t = tl.program_id(0)
-        e, pid_m, pid_g, n_rows = _work_item(t, eo, cnt, rt, tiles, ends, pad_lo, G_TILES)
-        a, b, w = _fp8_tile_load(
-            e, pid_m, pid_g, n_rows, x_ptr, w_ptr, T, T_PAD, stride_xe, stride_xm, stride_we, stride_wm,
-            N, GROUP, ACT, HAS_WEIGHT, BLOCK_M, BLOCK_G, INT64, PAIR_WORDS,
-        )  # fmt: skip
         while t < total:  # a while loop: the interpreter cannot take tensor range bounds
-            t2 = t + tl.num_programs(0)  # past the list: no row present, nothing loaded
-            e2, pid_m2, pid_g2, n_rows2 = _work_item(t2, eo, cnt, rt, tiles, ends, pad_lo, G_TILES)
-            a2, b2, w2 = _fp8_tile_load(
-                e2, pid_m2, pid_g2, n_rows2, x_ptr, w_ptr, T, T_PAD, stride_xe, stride_xm, stride_we, stride_wm,
-                N, GROUP, ACT, HAS_WEIGHT, BLOCK_M, BLOCK_G, INT64, PAIR_WORDS,
+            e = tl.sum((ends <= t).to(tl.int32), 0)
+            sel = eo == e
+            local = t - tl.sum(tl.where(sel, ends - tiles, 0), 0)
+            j = local // G_TILES
+            rt_e = tl.sum(tl.where(sel, rt, 0), 0)
+            pid_m = tl.where(j < rt_e, j, tl.maximum(rt_e, pad_lo) + (j - rt_e))
+            _fp8_group_tile(
+                e, pid_m, local % G_TILES, tl.sum(tl.where(sel, cnt, 0), 0),
+                x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
+                stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
+                N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
+                FAST_SCALE, WARP_REDUX,
             )  # fmt: skip
-            _fp8_tile_store(
-                a, b, w, e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD,
-                stride_qe, stride_qm, stride_se, stride_sm, stride_sg,
-                N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP,
-                BF16_BITS, FAST_SCALE, WARP_REDUX,
-            )  # fmt: skip
-            a, b, w, e, pid_m, pid_g, n_rows, t = a2, b2, w2, e2, pid_m2, pid_g2, n_rows2, t2
+            t += tl.num_programs(0)
     else:
         # one program per tile slot; masked, a program whose rows are all absent (and hold no
         # padding scale row) returns at once: cheaper than the work list until the slots are
         # several times what the GPU holds at once (experiments G, H)
-        pid = tl.program_id(0)
-        e = tl.program_id(1)
+        if HAS_MASK and SLOTS_BY_ROW:
+            # a 1-D grid in row-tile order across the experts (every expert's first row tile, then
+            # every expert's second, ...): the GPU starts programs in this order, at a bounded
+            # rate, and the rows present are each expert's first, so the programs with work start
+            # first and the empty ones drain while they run (experiment N)
+            slot = tl.program_id(0)
+            across = E * G_TILES
+            jm = slot // across
+            r = slot - jm * across
+            e = r // G_TILES
+            pid = jm * G_TILES + (r - e * G_TILES)
+        else:
+            pid = tl.program_id(0)
+            e = tl.program_id(1)
         n_rows = T
         run = True
         if HAS_MASK:
@@ -763,8 +683,12 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
 
 # the masked layout's work list: taken past WORK_LIST_PAST times the resident programs in tile
 # slots (else one program per slot), on WORK_LIST_PER_SM programs a streaming multiprocessor
+# (experiments L and M: smaller grids, a row loop an expert, loads issued a tile ahead and larger
+# programs each lost to these where the rows are present; see data/tuning_log.md)
 WORK_LIST_PAST = 4
 WORK_LIST_PER_SM = 16
+# one program per slot: the slots in row-tile order across the experts (experiment N)
+SLOTS_BY_ROW = True
 
 
 def _resident_programs(device: torch.device, interpreted: bool) -> int:
@@ -1059,6 +983,8 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         # 17-20%): a work list over the tiles present (``_fp8_group_kernel``) on a grid of what it
         # holds
         grid = (max(1, resident * WORK_LIST_PER_SM // 16), 1)
+    elif masked_m is not None and SLOTS_BY_ROW:
+        grid = (tiles * E, 1)
     else:
         grid = (tiles, E)
     s_extent = sum((n - 1) * st for n, st in zip((E, t_pad, G), s_strides, strict=True)) + 1
@@ -1104,6 +1030,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         BLOCK_G=block_g,
         E_POW2=triton.next_power_of_2(E) if work_list else 1,
         WORK_LIST=work_list,
+        SLOTS_BY_ROW=masked_m is not None and not work_list and SLOTS_BY_ROW,
         INT64=int64,
         PAIR_WORDS=pair_words,
         USE_PDL=enable_pdl,

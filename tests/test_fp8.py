@@ -321,10 +321,16 @@ def test_masked_m_clamped_and_int64(gen, device):
         assert bool((_bytes(q)[1] == POISON_Q).all()) and bool(torch.isnan(s.cpu()[2, 4:]).all())
 
 
-def test_masked_rows_skipped_and_padding_zeroed(gen, device):
+@pytest.mark.parametrize("by_row", [True, False])
+def test_masked_rows_skipped_and_padding_zeroed(gen, device, monkeypatch, by_row):
     """Tiles whose rows are all past masked_m are never visited (time follows the rows present),
     except those holding padding rows of a column-major scale buffer (T = 10 pads to 12): those
-    rows still get zero scales; rows past masked_m keep the poison."""
+    rows still get zero scales; rows past masked_m keep the poison. The one-program-per-slot grid
+    in either order (``SLOTS_BY_ROW``: row tiles outermost across the experts, or expert by
+    expert)."""
+    from inkling_kernels import fp8 as fp8_mod
+
+    monkeypatch.setattr(fp8_mod, "SLOTS_BY_ROW", by_row)
     E, T, N, mm = 3, 10, 256, [0, 3, 10]
     gateup = randn((E, T, 2 * N), torch.bfloat16, gen, device)
     masked = torch.tensor(mm, dtype=torch.int32, device=device)
@@ -382,13 +388,12 @@ def test_masked_work_list_over_tiles_and_grids(gen, device, monkeypatch, tile, p
 
 @pytest.mark.parametrize("tile", [(8, 1), (16, 2)])
 @pytest.mark.parametrize("per_sm", [1, 4, 64])
-def test_masked_work_list_prefetch_with_weights_and_layouts(gen, device, monkeypatch, tile, per_sm):
-    """The work list issues each program's next tile's loads before the current tile's arithmetic:
-    on grids of one program doing every tile, a few, more than there are tiles (``WORK_LIST_PER_SM``
-    programs an SM of four), T = 70 (a column-major buffer pads it to 72, in a tile some counts reach
-    and others leave to a padding item), interleaved with weights and gate || up without, both
-    scale layouts: the unfused bits on the rows present, the poison everywhere else; counts above
-    T, negative and zero included."""
+def test_masked_work_list_with_weights_and_layouts(gen, device, monkeypatch, tile, per_sm):
+    """The work list (forced by ``WORK_LIST_PAST = 0``) on grids of one program doing every tile, a
+    few, more than there are tiles (``WORK_LIST_PER_SM`` programs an SM of four), T = 70 (a
+    column-major buffer pads it to 72, in a tile some counts reach and others leave to a padding
+    item), interleaved with weights and gate || up without, both scale layouts: the unfused bits
+    on the rows present, the poison everywhere else; counts above T, negative and zero included."""
     from inkling_kernels import fp8 as fp8_mod
 
     E, T, N, mm = 5, 70, 256, [0, 3, 70, 90, -2]
@@ -460,7 +465,8 @@ def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
         ((grid, kw),) = seen
         slots = 8 * (T // 4)
         assert kw["WORK_LIST"] is want_list and (slots > 400) is want_list, (T, slots)
-        assert grid == ((100, 1) if want_list else (T // 4, 8)), grid
+        assert grid == ((100, 1) if want_list else (T // 4 * 8, 1)), grid  # slots by row: 1-D
+        assert kw["SLOTS_BY_ROW"] is not want_list
         assert kw["E_POW2"] == (8 if want_list else 1)
         assert kw["FAST_SCALE"] is False  # past decode rows: div_rn (experiment I)
         assert kw["WARP_REDUX"] is False  # 2048-element programs: 16 elements a thread, shuffles

@@ -559,7 +559,8 @@ def masked_small() -> list[dict]:
 # Experiment L (2026-12-01, at ca8c208, `data/experiments/experiment_l_h200.json`): a row loop of a
 # few programs an expert, since removed; its step is in the tool at that commit.
 #
-# Experiment M: the masked layout's work list with the next tile's loads issued ahead, on grids of
+# Experiment M (9a8b6ff; the early loads were removed after it): the masked layout's work list with
+# the next tile's loads issued ahead, on grids of
 # 4, 8 and 16 programs a streaming multiprocessor (16: the published grid), forced at T = 256 where
 # the launch is otherwise one program per tile slot; and that one-per-slot launch with larger
 # programs (elements a program / warps: fewer programs, the same 16 elements a thread).
@@ -575,7 +576,8 @@ M_VARIANTS = {
 
 def _masked_variant(v: dict, fn):
     def call():
-        saved = {k: getattr(fp8_mod, k) for k in ("WORK_LIST_PAST", "WORK_LIST_PER_SM", "_launch_config")}
+        names = {"WORK_LIST_PAST", "WORK_LIST_PER_SM", "_launch_config"} | (set(v) - {"tile"})
+        saved = {k: getattr(fp8_mod, k) for k in names}
         for k, val in v.items():
             if k != "tile":
                 setattr(fp8_mod, k, val)
@@ -646,6 +648,27 @@ def masked_m() -> list[dict]:
     return small + _masked_variant_rows(2048, big, (sum(big),), large, "fp8 masked M, T = 2048")
 
 
+# Experiment N: the one-program-per-slot grid in row-tile order across the experts
+# (``SLOTS_BY_ROW``, now the launch) against expert by expert (the launch before), with larger
+# programs, and the work list without early loads (reverted after M) at 4 and 8 an SM; at T = 2048
+# the work list (16 an SM) against 8.
+N_VARIANTS = {
+    "by_row": {},
+    "by_expert": {"SLOTS_BY_ROW": False},
+    "by_row_4096/8w": {"WORK_LIST_PAST": 10**9, "tile": (4096, 8)},
+    "wl4": {"WORK_LIST_PAST": 0, "WORK_LIST_PER_SM": 4},
+    "wl8": {"WORK_LIST_PAST": 0, "WORK_LIST_PER_SM": 8},
+}
+
+
+def masked_n() -> list[dict]:
+    ragged = tuple(fp8_bench.MASKED_COUNTS)
+    small = _masked_variant_rows(256, ragged, (sum(ragged), 8 * 256, 16), N_VARIANTS, "fp8 masked N, T = 256")
+    big = tuple(8 * c for c in ragged)
+    large = {"published": {}, "wl8": N_VARIANTS["wl8"]}
+    return small + _masked_variant_rows(2048, big, (sum(big),), large, "fp8 masked N, T = 2048")
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
     steps = argv[1].split(",") if len(argv) > 1 else ["e4m3", "fp8", "decode", "host"]
@@ -680,6 +703,7 @@ def main(argv: list[str]) -> int:
                 "fp8i": fp8i,
                 "masked_small": masked_small,
                 "masked_m": masked_m,
+                "masked_n": masked_n,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
         out.write_text(json.dumps(doc, indent=1) + "\n")
