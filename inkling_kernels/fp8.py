@@ -567,7 +567,6 @@ def _fp8_group_kernel(
     BLOCK_G: tl.constexpr,  # groups a program
     E_POW2: tl.constexpr,  # HAS_MASK: next power of two >= E
     WORK_LIST: tl.constexpr,  # HAS_MASK: a grid-sized work list instead of a program per tile slot
-    SLOTS_BY_ROW: tl.constexpr,  # HAS_MASK, one program per slot: a 1-D grid, row tiles outermost
     INT64: tl.constexpr,
     USE_PDL: tl.constexpr,
     HW: tl.constexpr,  # compiled on sm_89+: hardware e4m3 conversion and fp32 max; else integer ops
@@ -618,20 +617,8 @@ def _fp8_group_kernel(
         # one program per tile slot; masked, a program whose rows are all absent (and hold no
         # padding scale row) returns at once: cheaper than the work list until the slots are
         # several times what the GPU holds at once (experiments G, H)
-        if HAS_MASK and SLOTS_BY_ROW:
-            # a 1-D grid in row-tile order across the experts (every expert's first row tile, then
-            # every expert's second, ...): the GPU starts programs in this order, at a bounded
-            # rate, and the rows present are each expert's first, so the programs with work start
-            # first and the empty ones drain while they run (experiment N)
-            slot = tl.program_id(0)
-            across = E * G_TILES
-            jm = slot // across
-            r = slot - jm * across
-            e = r // G_TILES
-            pid = jm * G_TILES + (r - e * G_TILES)
-        else:
-            pid = tl.program_id(0)
-            e = tl.program_id(1)
+        pid = tl.program_id(0)
+        e = tl.program_id(1)
         n_rows = T
         run = True
         if HAS_MASK:
@@ -682,13 +669,12 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
 
 
 # the masked layout's work list: taken past WORK_LIST_PAST times the resident programs in tile
-# slots (else one program per slot), on WORK_LIST_PER_SM programs a streaming multiprocessor
-# (experiments L and M: smaller grids, a row loop an expert, loads issued a tile ahead and larger
-# programs each lost to these where the rows are present; see data/tuning_log.md)
+# slots (else one program per slot, expert by expert), on WORK_LIST_PER_SM programs a streaming
+# multiprocessor. Experiments L, M and N (data/tuning_log.md) tried launching fewer programs at
+# T = 256: a row loop an expert, smaller work-list grids, loads issued a tile ahead, larger
+# programs, the slots in row order across the experts; each lost where the rows are present.
 WORK_LIST_PAST = 4
 WORK_LIST_PER_SM = 16
-# one program per slot: the slots in row-tile order across the experts (experiment N)
-SLOTS_BY_ROW = True
 
 
 def _resident_programs(device: torch.device, interpreted: bool) -> int:
@@ -983,8 +969,6 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         # 17-20%): a work list over the tiles present (``_fp8_group_kernel``) on a grid of what it
         # holds
         grid = (max(1, resident * WORK_LIST_PER_SM // 16), 1)
-    elif masked_m is not None and SLOTS_BY_ROW:
-        grid = (tiles * E, 1)
     else:
         grid = (tiles, E)
     s_extent = sum((n - 1) * st for n, st in zip((E, t_pad, G), s_strides, strict=True)) + 1
@@ -1030,7 +1014,6 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         BLOCK_G=block_g,
         E_POW2=triton.next_power_of_2(E) if work_list else 1,
         WORK_LIST=work_list,
-        SLOTS_BY_ROW=masked_m is not None and not work_list and SLOTS_BY_ROW,
         INT64=int64,
         PAIR_WORDS=pair_words,
         USE_PDL=enable_pdl,

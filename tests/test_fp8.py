@@ -321,16 +321,10 @@ def test_masked_m_clamped_and_int64(gen, device):
         assert bool((_bytes(q)[1] == POISON_Q).all()) and bool(torch.isnan(s.cpu()[2, 4:]).all())
 
 
-@pytest.mark.parametrize("by_row", [True, False])
-def test_masked_rows_skipped_and_padding_zeroed(gen, device, monkeypatch, by_row):
+def test_masked_rows_skipped_and_padding_zeroed(gen, device):
     """Tiles whose rows are all past masked_m are never visited (time follows the rows present),
     except those holding padding rows of a column-major scale buffer (T = 10 pads to 12): those
-    rows still get zero scales; rows past masked_m keep the poison. The one-program-per-slot grid
-    in either order (``SLOTS_BY_ROW``: row tiles outermost across the experts, or expert by
-    expert)."""
-    from inkling_kernels import fp8 as fp8_mod
-
-    monkeypatch.setattr(fp8_mod, "SLOTS_BY_ROW", by_row)
+    rows still get zero scales; rows past masked_m keep the poison."""
     E, T, N, mm = 3, 10, 256, [0, 3, 10]
     gateup = randn((E, T, 2 * N), torch.bfloat16, gen, device)
     masked = torch.tensor(mm, dtype=torch.int32, device=device)
@@ -465,8 +459,7 @@ def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
         ((grid, kw),) = seen
         slots = 8 * (T // 4)
         assert kw["WORK_LIST"] is want_list and (slots > 400) is want_list, (T, slots)
-        assert grid == ((100, 1) if want_list else (T // 4 * 8, 1)), grid  # slots by row: 1-D
-        assert kw["SLOTS_BY_ROW"] is not want_list
+        assert grid == ((100, 1) if want_list else (T // 4, 8)), grid
         assert kw["E_POW2"] == (8 if want_list else 1)
         assert kw["FAST_SCALE"] is False  # past decode rows: div_rn (experiment I)
         assert kw["WARP_REDUX"] is False  # 2048-element programs: 16 elements a thread, shuffles

@@ -648,13 +648,13 @@ def masked_m() -> list[dict]:
     return small + _masked_variant_rows(2048, big, (sum(big),), large, "fp8 masked M, T = 2048")
 
 
-# Experiment N: the one-program-per-slot grid in row-tile order across the experts
-# (``SLOTS_BY_ROW``, now the launch) against expert by expert (the launch before), with larger
+# Experiment N (d6b8435; the row order was removed after it): the one-program-per-slot grid in
+# row-tile order across the experts (``SLOTS_BY_ROW``) against expert by expert, with larger
 # programs, and the work list without early loads (reverted after M) at 4 and 8 an SM; at T = 2048
-# the work list (16 an SM) against 8.
+# the work list (16 an SM) against 8. Rerun now, "by_row" and "by_expert" are the same launch.
 N_VARIANTS = {
     "by_row": {},
-    "by_expert": {"SLOTS_BY_ROW": False},
+    "by_expert": {},
     "by_row_4096/8w": {"WORK_LIST_PAST": 10**9, "tile": (4096, 8)},
     "wl4": {"WORK_LIST_PAST": 0, "WORK_LIST_PER_SM": 4},
     "wl8": {"WORK_LIST_PAST": 0, "WORK_LIST_PER_SM": 8},
