@@ -669,6 +669,23 @@ def masked_n() -> list[dict]:
     return small + _masked_variant_rows(2048, big, (sum(big),), large, "fp8 masked N, T = 2048")
 
 
+# Experiment O: decode below M = 16 (the target is M <= 16; the sweep times M = 16): the
+# fused op as launched (PDL on) and ``silu_and_mul`` alone, in the same passes, at M in {1, 2, 4, 8,
+# 16} x N in {1536, 3072}, both layouts; and the fused op without PDL.
+def decode_o() -> list[dict]:
+    rows = []
+    shapes = [(M, N, il) for N in (1536, 3072) for il in (False, True) for M in (1, 2, 4, 8, 16)]
+    for M, N, il in tqdm(shapes, desc="fp8 decode O"):
+        case = fp8_bench._case(f"M{M}_N{N}_{'il' if il else 'nil'}", M, N, il)
+        impls = fp8_bench.fp8_impls(case)
+        fp8_bench.check_fused_equals_unfused(case, impls)
+        calls = {k: impls[k][0] for k in ("fused", "fused_no_pdl", "silu_and_mul_alone")}
+        res = _timings(calls)
+        gap = res["fused"]["median_us"] - res["silu_and_mul_alone"]["median_us"]
+        rows.append({"case": case["name"], "M": M, "N": N, "interleaved": il, "gap_us": round(gap, 4), **res})
+    return rows
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
     steps = argv[1].split(",") if len(argv) > 1 else ["e4m3", "fp8", "decode", "host"]
@@ -704,6 +721,7 @@ def main(argv: list[str]) -> int:
                 "masked_small": masked_small,
                 "masked_m": masked_m,
                 "masked_n": masked_n,
+                "decode_o": decode_o,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
         out.write_text(json.dumps(doc, indent=1) + "\n")
