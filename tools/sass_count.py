@@ -7,7 +7,10 @@ is left out), for the kernel's switches (experiments D and F in ``data/tuning_lo
 
 One program: 16 rows x 1 group of 128 (2048 elements, 4 warps: 16 a thread), N = 3072, bf16,
 the 16-byte divisibility the launcher specializes, PDL on; and (experiment I) the decode program,
-1 row x 4 groups (4 elements a thread), N = 1536, with its barrier count.
+1 row x 4 groups (4 elements a thread), N = 1536, with its barrier count; and (experiments L-P)
+the masked programs at N = 3072. Every program's registers (``cuobjdump -res-usage``) too. With
+``PYTHONPATH`` at another checkout's tree it counts that checkout's kernel (experiment M's early
+loads: ``data/experiments/registers_sm90_9a8b6ff.json``).
 """
 
 from __future__ import annotations
@@ -62,7 +65,25 @@ DECODE_VARIANTS = {
 }
 
 
-def compile_program(**over):
+# experiments L-P: the masked programs at N = 3072 (E = 8, T = 256 launches them), their registers
+MASKED = dict(N=3072, HAS_MASK=True, BLOCK_G=8)
+MASKED_VARIANTS = {
+    "masked one a slot, 2048 elements / 4 warps": dict(MASKED, BLOCK_M=2),
+    "masked one a slot, 4096 elements / 8 warps (published)": dict(MASKED, BLOCK_M=4, warps=8),
+    "masked work list, 2048 elements / 4 warps": dict(MASKED, BLOCK_M=2, WORK_LIST=True, E_POW2=8),
+}
+
+
+def registers(compiled) -> int:
+    tool = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        Path(path).write_bytes(compiled.asm["cubin"])
+        out = subprocess.run([str(tool), "-res-usage", path], capture_output=True, text=True, check=True).stdout
+    return int(re.search(r"REG:(\d+)", out).group(1))
+
+
+def compile_program(warps=4, **over):
     sig = {"x_ptr": "*bf16", "w_ptr": "*fp32", "masked_m_ptr": "*i32", "q_ptr": "*u8", "s_ptr": "*fp32"}
     sig |= {"T": "i32", "T_PAD": "i32"} | dict.fromkeys(INTS, "i32")
     consts = dict(N=3072, GROUP=128, ACT=2, HAS_WEIGHT=False, HAS_MASK=False, UE8M0=False, BLOCK_M=16, BLOCK_G=1)
@@ -72,7 +93,7 @@ def compile_program(**over):
     sig |= dict.fromkeys(consts, "constexpr")
     attrs = {(i,): [["tt.divisibility", 16]] for i in [0, 1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15]}
     src = ASTSource(fp8_mod._fp8_group_kernel, sig, consts, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "launch_pdl": True})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "launch_pdl": True})
 
 
 def sass_opcodes(compiled) -> list[str]:
@@ -94,13 +115,17 @@ def main(argv: list[str]) -> int:
     record = {"program": "16 rows x 128 (2048 elements), 4 warps, N = 3072, bf16, sm_90", "triton": triton.__version__}
     record["counts"] = {}
     record["decode_program"] = "1 row x 4 groups of 128 (512 elements), 4 warps, N = 1536, bf16, sm_90"
+    record["masked_programs"] = "N = 3072, bf16, sm_90, gate || up, masked; registers from cuobjdump -res-usage"
     todo = [(n, o) for n, o in VARIANTS.items()] + [(n, dict(DECODE, **o)) for n, o in DECODE_VARIANTS.items()]
+    todo += list(MASKED_VARIANTS.items())
     for name, over in todo:
-        ops = sass_opcodes(compile_program(**over))
+        compiled = compile_program(**over)
+        ops = sass_opcodes(compiled)
         top = collections.Counter(op.split(".")[0] for op in ops).most_common(8)
         record["counts"][name] = {"instructions_to_exit": len(ops), "top_opcodes": dict(top)}
         record["counts"][name]["barriers"] = sum(op.startswith("BAR") for op in ops)
-        print(f"{name:40} {len(ops):4d}", flush=True)
+        record["counts"][name]["registers"] = registers(compiled)
+        print(f"{name:40} {len(ops):4d} {record['counts'][name]['registers']:4d} registers", flush=True)
     Path(argv[0]).write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
