@@ -404,29 +404,8 @@ def decode_tiles(tiles=None, ms=(1, 4, 16)) -> list[dict]:
 def _masked_rows(T: int, ragged: tuple, flat_rows: tuple, desc: str) -> list[dict]:
     """E = 8 experts of T rows, N in {1536, 3072}: the masked call with every row present, the
     ``ragged`` counts and none, next to one contiguous 2-D call of each of ``flat_rows`` rows, all
-    timed in the same passes."""
-    from inkling_kernels.fp8 import empty_scales
-
-    def outputs(lead, N):
-        return torch.empty((*lead, N), dtype=torch.float8_e4m3fn, device="cuda"), empty_scales(
-            lead, N // 128, False, "cuda"
-        )
-
-    op = fp8_mod.silu_and_mul_fp8_group_quant
-    rows = []
-    E = 8
-    counts = {"full": (T,) * E, "ragged": ragged, "none": (0,) * E}
-    for N in tqdm((1536, 3072), desc=desc):
-        gateup = torch.randn((E, T, 2 * N), device="cuda").bfloat16()
-        calls = {}
-        for name, mm in counts.items():
-            m, out = torch.tensor(mm, dtype=torch.int32, device="cuda"), outputs((E, T), N)
-            calls[f"masked_{name}_{sum(mm)}"] = lambda m=m, out=out: op(gateup, masked_m=m, out=out, interleaved=False)
-        for present in flat_rows:
-            flat, out = torch.randn((present, 2 * N), device="cuda").bfloat16(), outputs((present,), N)
-            calls[f"2d_{present}"] = lambda flat=flat, out=out: op(flat, out=out, interleaved=False)
-        rows.append({"N": N, "E": E, "T": T, "ragged_counts": ragged, **_timings(calls)})
-    return rows
+    timed in the same passes (``_masked_variant_rows`` with the launch as it is)."""
+    return _masked_variant_rows(T, ragged, flat_rows, {"masked": {}}, desc)
 
 
 def masked_large() -> list[dict]:
@@ -575,23 +554,17 @@ M_VARIANTS = {
 
 
 def _masked_variant(v: dict, fn):
+    """``fn`` with the module constants of ``v`` set (``WORK_LIST_PAST``, ...) and its ``tile``
+    (elements a program, warps; ``_Variant``) while it runs, the rest of the launch as it is."""
+    knobs = {k: val for k, val in v.items() if k != "tile"}
+
     def call():
-        names = {"WORK_LIST_PAST", "WORK_LIST_PER_SM", "_launch_config"} | (set(v) - {"tile"})
-        saved = {k: getattr(fp8_mod, k) for k in names}
-        for k, val in v.items():
-            if k != "tile":
-                setattr(fp8_mod, k, val)
-        if "tile" in v:
-            elems, warps = v["tile"]
-            cfg = saved["_launch_config"]
-
-            def tile_cfg(rows, G, group, interpreted):
-                block_m, block_g, _ = cfg(rows, G, group, interpreted)
-                return max(1, elems // (block_g * group)), block_g, warps
-
-            fp8_mod._launch_config = tile_cfg
+        saved = {k: getattr(fp8_mod, k) for k in knobs}
+        for k, val in knobs.items():
+            setattr(fp8_mod, k, val)
         try:
-            return fn()
+            with _Variant(True, v.get("tile")):
+                return fn()
         finally:
             for k, val in saved.items():
                 setattr(fp8_mod, k, val)

@@ -74,21 +74,24 @@ MASKED_VARIANTS = {
 }
 
 
-def registers(compiled) -> int:
+def cuobjdump(compiled, flag: str) -> str:
+    """Triton's own cuobjdump run with ``flag`` over a compiled program's cubin."""
     tool = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "k.cubin")
         Path(path).write_bytes(compiled.asm["cubin"])
-        out = subprocess.run([str(tool), "-res-usage", path], capture_output=True, text=True, check=True).stdout
-    return int(re.search(r"REG:(\d+)", out).group(1))
+        return subprocess.run([str(tool), flag, path], capture_output=True, text=True, check=True).stdout
+
+
+def registers(compiled) -> int:
+    return int(re.search(r"REG:(\d+)", cuobjdump(compiled, "-res-usage")).group(1))
 
 
 def compile_program(warps=4, **over):
     sig = {"x_ptr": "*bf16", "w_ptr": "*fp32", "masked_m_ptr": "*i32", "q_ptr": "*u8", "s_ptr": "*fp32"}
     sig |= {"T": "i32", "T_PAD": "i32"} | dict.fromkeys(INTS, "i32")
     consts = dict(N=3072, GROUP=128, ACT=2, HAS_WEIGHT=False, HAS_MASK=False, UE8M0=False, BLOCK_M=16, BLOCK_G=1)
-    consts |= dict(E_POW2=1, WORK_LIST=False, INT64=False, USE_PDL=True, HW=True, DIV=2)
-    consts |= dict(PAIR_WORDS=False)
+    consts |= dict(E_POW2=1, WORK_LIST=False, INT64=False, USE_PDL=True, HW=True, DIV=2, PAIR_WORDS=False)
     consts |= dict(FTZ_EXP=True, BF16_BITS=True, FAST_SCALE=False, WARP_REDUX=False) | over
     sig |= dict.fromkeys(consts, "constexpr")
     attrs = {(i,): [["tt.divisibility", 16]] for i in [0, 1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15]}
@@ -97,11 +100,7 @@ def compile_program(warps=4, **over):
 
 
 def sass_opcodes(compiled) -> list[str]:
-    tool = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.cubin")
-        Path(path).write_bytes(compiled.asm["cubin"])
-        out = subprocess.run([str(tool), "-sass", path], capture_output=True, text=True, check=True).stdout
+    out = cuobjdump(compiled, "-sass")
     lines = [line for line in out.splitlines() if re.match(r"\s+/\*[0-9a-f]{4}\*/", line)]
     ops = [re.sub(r"^\s+/\*[0-9a-f]+\*/\s+(@!?U?P\w+\s+)?", "", line).split()[0].rstrip(";") for line in lines]
     ops = [op for op in ops if op != "NOP"]
