@@ -538,6 +538,33 @@ def _fp8_group_tile(
     tl.store(s_ptr + s_off, s, mask=(valid | pad)[:, None] & g_ok[None, :])
 
 
+@triton.jit
+def _fp8_work_item(
+    t, ends, tiles, rt, cnt, eo, pad_lo,
+    x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
+    stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
+    N: tl.constexpr, GROUP: tl.constexpr, ACT: tl.constexpr, HAS_WEIGHT: tl.constexpr, UE8M0: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, INT64: tl.constexpr, HW: tl.constexpr, DIV: tl.constexpr,
+    PAIR_WORDS: tl.constexpr, FTZ_EXP: tl.constexpr, BF16_BITS: tl.constexpr, FAST_SCALE: tl.constexpr,
+    WARP_REDUX: tl.constexpr,
+):  # fmt: skip
+    """Item ``t`` of the masked work list: its expert, row tile and group tile, then the tile."""
+    G_TILES: tl.constexpr = (N // GROUP + BLOCK_G - 1) // BLOCK_G
+    e = tl.sum((ends <= t).to(tl.int32), 0)
+    sel = eo == e
+    local = t - tl.sum(tl.where(sel, ends - tiles, 0), 0)
+    j = local // G_TILES
+    rt_e = tl.sum(tl.where(sel, rt, 0), 0)
+    pid_m = tl.where(j < rt_e, j, tl.maximum(rt_e, pad_lo) + (j - rt_e))
+    _fp8_group_tile(
+        e, pid_m, local % G_TILES, tl.sum(tl.where(sel, cnt, 0), 0),
+        x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
+        stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
+        N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
+        FAST_SCALE, WARP_REDUX,
+    )  # fmt: skip
+
+
 @triton.jit(do_not_specialize=["T", "T_PAD", "E"])
 def _fp8_group_kernel(
     x_ptr,  # ACT_NONE: x[E, T, N]; otherwise gateup[E, T, 2N] in the layout ACT names
@@ -567,6 +594,7 @@ def _fp8_group_kernel(
     BLOCK_G: tl.constexpr,  # groups a program
     E_POW2: tl.constexpr,  # HAS_MASK: next power of two >= E
     WORK_LIST: tl.constexpr,  # HAS_MASK: a grid-sized work list instead of a program per tile slot
+    STAGES: tl.constexpr,  # WORK_LIST: 0, a while loop; k > 0 (compiled), a loop Triton pipelines k deep
     INT64: tl.constexpr,
     USE_PDL: tl.constexpr,
     HW: tl.constexpr,  # compiled on sm_89+: hardware e4m3 conversion and fp32 max; else integer ops
@@ -597,22 +625,29 @@ def _fp8_group_kernel(
         tiles = (rt + extra) * G_TILES
         ends = tl.cumsum(tiles, 0)
         total = tl.sum(tiles, 0)
-        t = tl.program_id(0)
-        while t < total:  # a while loop: the interpreter cannot take tensor range bounds
-            e = tl.sum((ends <= t).to(tl.int32), 0)
-            sel = eo == e
-            local = t - tl.sum(tl.where(sel, ends - tiles, 0), 0)
-            j = local // G_TILES
-            rt_e = tl.sum(tl.where(sel, rt, 0), 0)
-            pid_m = tl.where(j < rt_e, j, tl.maximum(rt_e, pad_lo) + (j - rt_e))
-            _fp8_group_tile(
-                e, pid_m, local % G_TILES, tl.sum(tl.where(sel, cnt, 0), 0),
-                x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
-                stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
-                N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
-                FAST_SCALE, WARP_REDUX,
-            )  # fmt: skip
-            t += tl.num_programs(0)
+        if STAGES > 0:
+            # compiled: Triton's software pipeliner copies the next STAGES - 1 items' loads into
+            # shared memory (cp.async) while this item computes, so a small grid keeps the memory
+            # busy (experiment Q)
+            for t in tl.range(tl.program_id(0), total, tl.num_programs(0), num_stages=STAGES):
+                _fp8_work_item(
+                    t, ends, tiles, rt, cnt, eo, pad_lo,
+                    x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
+                    stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
+                    N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP,
+                    BF16_BITS, FAST_SCALE, WARP_REDUX,
+                )  # fmt: skip
+        else:
+            t = tl.program_id(0)
+            while t < total:  # a while loop: the interpreter cannot take tensor range bounds
+                _fp8_work_item(
+                    t, ends, tiles, rt, cnt, eo, pad_lo,
+                    x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
+                    stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
+                    N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP,
+                    BF16_BITS, FAST_SCALE, WARP_REDUX,
+                )  # fmt: skip
+                t += tl.num_programs(0)
     else:
         # one program per tile slot; masked, a program whose rows are all absent (and hold no
         # padding scale row) returns at once: cheaper than the work list until the slots are
@@ -675,6 +710,7 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
 # programs, the slots in row order across the experts; each lost where the rows are present.
 WORK_LIST_PAST = 4
 WORK_LIST_PER_SM = 16
+WORK_LIST_STAGES = 0  # compiled work list: 0 a plain loop; k > 0 Triton's pipeliner, k deep
 
 
 def _resident_programs(device: torch.device, interpreted: bool) -> int:
@@ -1021,6 +1057,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         BLOCK_G=block_g,
         E_POW2=triton.next_power_of_2(E) if work_list else 1,
         WORK_LIST=work_list,
+        STAGES=WORK_LIST_STAGES if work_list and not interpreted else 0,
         INT64=int64,
         PAIR_WORDS=pair_words,
         USE_PDL=enable_pdl,

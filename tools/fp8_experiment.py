@@ -659,6 +659,32 @@ def decode_o() -> list[dict]:
     return rows
 
 
+# Experiment Q: the masked work list on a small grid whose loads Triton's software pipeliner issues
+# a few items ahead (``WORK_LIST_STAGES``: cp.async copies into shared memory), forced at T = 256
+# where the launch is otherwise one program per tile slot; at T = 2048 against the published work
+# list (16 an SM, a plain loop); and the small ragged counts in a T = 2048 buffer, where a time that
+# follows the rows present and not E x T is the same as at T = 256.
+Q_VARIANTS = {
+    "published": {},
+    "wl10": {"WORK_LIST_PAST": 0, "WORK_LIST_PER_SM": 10},
+    "wl2_s3": {"WORK_LIST_PAST": 0, "WORK_LIST_PER_SM": 2, "WORK_LIST_STAGES": 3},
+    "wl4_s3": {"WORK_LIST_PAST": 0, "WORK_LIST_PER_SM": 4, "WORK_LIST_STAGES": 3},
+    "wl4_s4": {"WORK_LIST_PAST": 0, "WORK_LIST_PER_SM": 4, "WORK_LIST_STAGES": 4},
+    "wl8_s2": {"WORK_LIST_PAST": 0, "WORK_LIST_PER_SM": 8, "WORK_LIST_STAGES": 2},
+    "wl8_s3": {"WORK_LIST_PAST": 0, "WORK_LIST_PER_SM": 8, "WORK_LIST_STAGES": 3},
+}
+
+
+def masked_q() -> list[dict]:
+    ragged = tuple(fp8_bench.MASKED_COUNTS)
+    small = _masked_variant_rows(256, ragged, (sum(ragged), 8 * 256, 16), Q_VARIANTS, "fp8 masked Q, T = 256")
+    big = tuple(8 * c for c in ragged)
+    large = {k: Q_VARIANTS[k] for k in ("published", "wl10", "wl4_s3", "wl8_s2", "wl8_s3")}
+    rows = small + _masked_variant_rows(2048, big, (sum(big),), large, "fp8 masked Q, T = 2048")
+    few = {k: Q_VARIANTS[k] for k in ("published", "wl4_s3", "wl8_s3")}
+    return rows + _masked_variant_rows(2048, ragged, (sum(ragged),), few, "fp8 masked Q, T = 2048, small counts")
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
     steps = argv[1].split(",") if len(argv) > 1 else ["e4m3", "fp8", "decode", "host"]
@@ -695,6 +721,7 @@ def main(argv: list[str]) -> int:
                 "masked_m": masked_m,
                 "masked_n": masked_n,
                 "decode_o": decode_o,
+                "masked_q": masked_q,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
         out.write_text(json.dumps(doc, indent=1) + "\n")
