@@ -538,33 +538,6 @@ def _fp8_group_tile(
     tl.store(s_ptr + s_off, s, mask=(valid | pad)[:, None] & g_ok[None, :])
 
 
-@triton.jit
-def _fp8_work_item(
-    t, ends, tiles, rt, cnt, eo, pad_lo,
-    x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
-    stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
-    N: tl.constexpr, GROUP: tl.constexpr, ACT: tl.constexpr, HAS_WEIGHT: tl.constexpr, UE8M0: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, INT64: tl.constexpr, HW: tl.constexpr, DIV: tl.constexpr,
-    PAIR_WORDS: tl.constexpr, FTZ_EXP: tl.constexpr, BF16_BITS: tl.constexpr, FAST_SCALE: tl.constexpr,
-    WARP_REDUX: tl.constexpr,
-):  # fmt: skip
-    """Item ``t`` of the masked work list: its expert, row tile and group tile, then the tile."""
-    G_TILES: tl.constexpr = (N // GROUP + BLOCK_G - 1) // BLOCK_G
-    e = tl.sum((ends <= t).to(tl.int32), 0)
-    sel = eo == e
-    local = t - tl.sum(tl.where(sel, ends - tiles, 0), 0)
-    j = local // G_TILES
-    rt_e = tl.sum(tl.where(sel, rt, 0), 0)
-    pid_m = tl.where(j < rt_e, j, tl.maximum(rt_e, pad_lo) + (j - rt_e))
-    _fp8_group_tile(
-        e, pid_m, local % G_TILES, tl.sum(tl.where(sel, cnt, 0), 0),
-        x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
-        stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
-        N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
-        FAST_SCALE, WARP_REDUX,
-    )  # fmt: skip
-
-
 @triton.jit(do_not_specialize=["T", "T_PAD", "E"])
 def _fp8_group_kernel(
     x_ptr,  # ACT_NONE: x[E, T, N]; otherwise gateup[E, T, 2N] in the layout ACT names
@@ -594,7 +567,6 @@ def _fp8_group_kernel(
     BLOCK_G: tl.constexpr,  # groups a program
     E_POW2: tl.constexpr,  # HAS_MASK: next power of two >= E
     WORK_LIST: tl.constexpr,  # HAS_MASK: a grid-sized work list instead of a program per tile slot
-    STAGES: tl.constexpr,  # WORK_LIST: 0, a while loop; k > 0 (compiled), a loop Triton pipelines k deep
     INT64: tl.constexpr,
     USE_PDL: tl.constexpr,
     HW: tl.constexpr,  # compiled on sm_89+: hardware e4m3 conversion and fp32 max; else integer ops
@@ -625,29 +597,22 @@ def _fp8_group_kernel(
         tiles = (rt + extra) * G_TILES
         ends = tl.cumsum(tiles, 0)
         total = tl.sum(tiles, 0)
-        if STAGES > 0:
-            # compiled: Triton's software pipeliner copies the next STAGES - 1 items' loads into
-            # shared memory (cp.async) while this item computes, so a small grid keeps the memory
-            # busy (experiment Q)
-            for t in tl.range(tl.program_id(0), total, tl.num_programs(0), num_stages=STAGES):
-                _fp8_work_item(
-                    t, ends, tiles, rt, cnt, eo, pad_lo,
-                    x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
-                    stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
-                    N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP,
-                    BF16_BITS, FAST_SCALE, WARP_REDUX,
-                )  # fmt: skip
-        else:
-            t = tl.program_id(0)
-            while t < total:  # a while loop: the interpreter cannot take tensor range bounds
-                _fp8_work_item(
-                    t, ends, tiles, rt, cnt, eo, pad_lo,
-                    x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
-                    stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
-                    N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP,
-                    BF16_BITS, FAST_SCALE, WARP_REDUX,
-                )  # fmt: skip
-                t += tl.num_programs(0)
+        t = tl.program_id(0)
+        while t < total:  # a while loop: the interpreter cannot take tensor range bounds
+            e = tl.sum((ends <= t).to(tl.int32), 0)
+            sel = eo == e
+            local = t - tl.sum(tl.where(sel, ends - tiles, 0), 0)
+            j = local // G_TILES
+            rt_e = tl.sum(tl.where(sel, rt, 0), 0)
+            pid_m = tl.where(j < rt_e, j, tl.maximum(rt_e, pad_lo) + (j - rt_e))
+            _fp8_group_tile(
+                e, pid_m, local % G_TILES, tl.sum(tl.where(sel, cnt, 0), 0),
+                x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
+                stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
+                N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
+                FAST_SCALE, WARP_REDUX,
+            )  # fmt: skip
+            t += tl.num_programs(0)
     else:
         # one program per tile slot; masked, a program whose rows are all absent (and hold no
         # padding scale row) returns at once: cheaper than the work list until the slots are
@@ -704,21 +669,63 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
 
 
 # the masked layout's work list: taken past WORK_LIST_PAST times the resident programs in tile
-# slots (else one program per slot, expert by expert), on WORK_LIST_PER_SM programs a streaming
-# multiprocessor. Experiments L, M and N (data/tuning_log.md) tried launching fewer programs at
-# T = 256: a row loop an expert, smaller work-list grids, loads issued a tile ahead, larger
-# programs, the slots in row order across the experts; each lost where the rows are present.
+# slots (else one program per slot, expert by expert), on as many programs a streaming
+# multiprocessor as it holds at once (``_programs_an_sm``), at most WORK_LIST_PER_SM.
+# Experiments L, M, N and Q (data/tuning_log.md) tried launching fewer programs at T = 256: a row
+# loop an expert, smaller work-list grids, loads issued a tile ahead by hand and by Triton's
+# pipeliner, larger programs, the slots in row order across the experts; each lost where the rows
+# are present.
 WORK_LIST_PAST = 4
 WORK_LIST_PER_SM = 16
-WORK_LIST_STAGES = 0  # compiled work list: 0 a plain loop; k > 0 Triton's pipeliner, k deep
 
 
 def _resident_programs(device: torch.device, interpreted: bool) -> int:
-    """Programs of the masked work list: 16 a streaming multiprocessor (4-warp programs, 2048
-    threads an SM), what an H200 holds at once; 64 in the interpreter."""
+    """The masked launch's yardstick for its tile slots: 16 programs a streaming multiprocessor (the
+    thread limit of 4-warp programs; registers hold fewer, ``_programs_an_sm``); 64 in the
+    interpreter, as if it had 4."""
     if interpreted:
         return 64
     return 16 * _backend.sm_count(_backend.cuda_index(device))
+
+
+def _occupancy(n_regs: int, shared: int, warps: int, regs_sm: int, threads_sm: int, shared_sm: int) -> int:
+    """Programs of ``warps`` warps using ``n_regs`` registers a thread and ``shared`` bytes of shared
+    memory that one streaming multiprocessor holds at once (what ``cudaOccupancyMaxActiveBlocksPer
+    Multiprocessor`` computes on sm_80-sm_90): registers are allocated 256 at a time a warp, each
+    program takes 1 KB of shared memory more than it asks for, at most 32 programs."""
+    warp_regs = -(-max(n_regs, 1) * 32 // 256) * 256
+    fit = min(regs_sm // warp_regs // warps, threads_sm // (32 * warps), shared_sm // (shared + 1024), 32)
+    return max(1, fit)
+
+
+_PROGRAMS_AN_SM: dict = {}
+
+
+def _programs_an_sm(device: torch.device, interpreted: bool, args: tuple, consts: dict) -> int:
+    """Programs of ``_fp8_group_kernel``, compiled for ``args`` and ``consts``, that one streaming
+    multiprocessor of ``device`` holds at once (``_occupancy``). A key's first call compiles the
+    program (Triton's cache: the launch that follows reuses it) without launching it, and loads it
+    for its register count; the answer is cached by everything Triton specializes on, as
+    ``_backend.CudaLauncher`` keys its launches. The interpreter has no registers: 16."""
+    if interpreted:
+        return 16
+    index = _backend.cuda_index(device)
+    key = (index, tuple(map(_backend.arg_spec, args)), tuple(consts.items()))
+    fit = _PROGRAMS_AN_SM.get(key)
+    if fit is None:
+        with torch.cuda.device(index):
+            compiled = _fp8_group_kernel.warmup(*args, grid=(1,), **consts)
+            compiled._init_handles()  # loads the module: its register count
+            props = torch.cuda.get_device_properties(index)
+        fit = _PROGRAMS_AN_SM[key] = _occupancy(
+            compiled.n_regs,
+            compiled.metadata.shared,
+            consts["num_warps"],
+            getattr(props, "regs_per_multiprocessor", 65536),
+            getattr(props, "max_threads_per_multi_processor", 2048),
+            getattr(props, "shared_memory_per_multiprocessor", 228 * 1024),
+        )
+    return fit
 
 
 def _hw_e4m3(device: torch.device) -> bool:
@@ -1006,14 +1013,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         # 4.5, full experts +4.4% and -2.0%; experiments M, N rerun, P)
         block_m, warps = block_m * 2, 8
         tiles = triton.cdiv(t_pad, block_m) * triton.cdiv(G, block_g)
-    if work_list:
-        # many more tile slots than the GPU holds at once (experiments G, H: at E = 8, T = 2048 an
-        # empty call drops from 8.3 to 3.5 us; at 1.5 waves, T = 256 N = 3072, the work list cost
-        # 17-20%): a work list over the tiles present (``_fp8_group_kernel``) on a grid of what it
-        # holds
-        grid = (max(1, resident * WORK_LIST_PER_SM // 16), 1)
-    else:
-        grid = (tiles, E)
+    grid = (tiles, E)
     s_extent = sum((n - 1) * st for n, st in zip((E, t_pad, G), s_strides, strict=True)) + 1
     int64 = (
         max(E * max(x3.stride(0), 1), T * max(x3.stride(1), 1), E * q3.stride(0), T * q3.stride(1), s_extent)
@@ -1028,10 +1028,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
     pair_words = act == ACT_INTERLEAVED and _pair_words(x3)
     if not _warp_redux_ok(act, pair_words, group_size, block_m * block_g * group_size, warps, T):
         flags["WARP_REDUX"] = False
-    _backend.launch(
-        _fp8_group_kernel,
-        grid,
-        device,
+    args = (
         x3,
         w if w is not None else x3,
         masked_m if masked_m is not None else x3,
@@ -1047,6 +1044,8 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         w_strides[1],
         *s_strides,
         E,
+    )
+    consts = dict(
         N=N,
         GROUP=group_size,
         ACT=act,
@@ -1057,7 +1056,6 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         BLOCK_G=block_g,
         E_POW2=triton.next_power_of_2(E) if work_list else 1,
         WORK_LIST=work_list,
-        STAGES=WORK_LIST_STAGES if work_list and not interpreted else 0,
         INT64=int64,
         PAIR_WORDS=pair_words,
         USE_PDL=enable_pdl,
@@ -1065,6 +1063,14 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         num_warps=warps,
         **kwargs,
     )
+    if work_list:
+        # many more tile slots than the GPU holds at once (experiments G, H: at E = 8, T = 2048 an
+        # empty call drops from 8.3 to 3.5 us; at 1.5 waves, T = 256 N = 3072, the work list cost
+        # 17-20%): a work list over the tiles present (``_fp8_group_kernel``) on a grid of what the
+        # GPU holds of this program at once (experiment Q: 16 an SM ran as 1.6 waves)
+        sms = max(1, resident // 16)
+        grid = (max(1, sms * min(WORK_LIST_PER_SM, _programs_an_sm(device, interpreted, args, consts))), 1)
+    _backend.launch(_fp8_group_kernel, grid, device, *args, **consts)
     return q, scales
 
 

@@ -396,6 +396,7 @@ def test_masked_work_list_with_weights_and_layouts(gen, device, monkeypatch, til
     monkeypatch.setattr(fp8_mod, "_resident_programs", lambda device, interpreted: 64)  # 4 SMs, CPU and GPU
     monkeypatch.setattr(fp8_mod, "WORK_LIST_PAST", 0)  # the work list whatever the slots
     monkeypatch.setattr(fp8_mod, "WORK_LIST_PER_SM", per_sm)
+    monkeypatch.setattr(fp8_mod, "_programs_an_sm", lambda device, interpreted, args, consts: 10**6)  # the cap rules
     launched = []
     launch = fp8_mod._backend.launch
     monkeypatch.setattr(
@@ -450,10 +451,12 @@ def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
         },
     )
     monkeypatch.setattr(fp8_mod, "_resident_programs", lambda device, interpreted: 200)
+    monkeypatch.setattr(fp8_mod, "_programs_an_sm", lambda device, interpreted, args, consts: 10)
     monkeypatch.setattr(fp8_mod, "_launch_config", lambda rows, G, group, interpreted: (4, 2, 4))
     # 8 experts x T/4 row tiles x 1 group tile, against 200 resident programs: 192 slots at T = 96
     # (one 4-warp program a slot), 400 at T = 200 (past the resident programs: 8-row, 8-warp
-    # programs, 200 of them), 800 at T = 400 (4x, still programs), 808 at T = 404 (the work list)
+    # programs, 200 of them), 800 at T = 400 (4x, still programs), 808 at T = 404 (the work list,
+    # on what the GPU holds at once: 200 // 16 = 12 "SMs" of 10 programs)
     for T, want in ((96, "slot"), (200, "double"), (400, "double"), (404, "list")):
         gateup = torch.randn((8, T, 512)).to(torch.bfloat16)  # never launched (the launch is stubbed)
         counts = torch.full((8,), T, dtype=torch.int32)
@@ -464,10 +467,15 @@ def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
         assert kw["WORK_LIST"] is (want == "list") and (slots > 800) is (want == "list"), (T, slots)
         assert kw["BLOCK_M"] == (8 if want == "double" else 4) and kw["num_warps"] == (8 if want == "double" else 4)
         assert (slots > 200) is (want != "slot"), (T, slots)
-        assert grid == {"slot": (T // 4, 8), "double": (T // 8, 8), "list": (200, 1)}[want], grid
+        assert grid == {"slot": (T // 4, 8), "double": (T // 8, 8), "list": (120, 1)}[want], grid
         assert kw["E_POW2"] == (8 if want == "list" else 1)
         assert kw["FAST_SCALE"] is False  # past decode rows: div_rn (experiment I)
         assert kw["WARP_REDUX"] is False  # 2048-element programs: 16 elements a thread, shuffles
+    # the work list's programs an SM: what an SM holds, at most WORK_LIST_PER_SM
+    monkeypatch.setattr(fp8_mod, "_programs_an_sm", lambda device, interpreted, args, consts: 40)
+    seen.clear()
+    silu_and_mul_fp8_group_quant(torch.randn((8, 404, 512)).to(torch.bfloat16), masked_m=counts, enable_pdl=False)
+    assert seen[0][0] == (12 * fp8_mod.WORK_LIST_PER_SM, 1), seen[0][0]
     # 2-D launches are never doubled
     seen.clear()
     silu_and_mul_fp8_group_quant(torch.randn((4096, 512)).to(torch.bfloat16), enable_pdl=False)
@@ -486,6 +494,64 @@ def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
         silu_and_mul_fp8_group_quant(torch.randn((16, 2 * N)).to(torch.bfloat16), group_size=group, enable_pdl=False)
         ((grid, kw),) = seen
         assert kw["WARP_REDUX"] is want, (N, group)
+
+
+def test_occupancy_of_a_program():
+    """Programs an SM holds (``_occupancy``, the work list's grid) on an H200's limits (65,536
+    registers, 2,048 threads, 228 KB of shared memory an SM): registers allocated 256 a warp, 1 KB
+    of shared memory reserved a program, at most 32 programs."""
+    from inkling_kernels.fp8 import _occupancy
+
+    h200 = (65536, 2048, 228 * 1024)
+    # 4-warp programs: the work list's 48 registers hold 10, the slot program's 40 hold 12 (both
+    # counted by tools/sass_count.py); 32 or fewer: the thread limit, 16
+    for regs, want in ((48, 10), (40, 12), (56, 9), (64, 8), (72, 7), (32, 16), (1, 16), (255, 2)):
+        assert _occupancy(regs, 64, 4, *h200) == want, regs
+    assert _occupancy(41, 64, 4, *h200) == 10  # 41 x 32 = 1312 registers a warp: allocated 1536
+    assert _occupancy(40, 64, 8, *h200) == 6  # 8 warps: 6 x 8 x 1280 = 61,440 registers
+    assert _occupancy(32, 64, 1, *h200) == 32  # 64 one-warp programs by threads: the 32-program limit
+    assert _occupancy(32, 48 * 1024, 4, *h200) == 4  # shared memory: 4 x 49 KB of 228 KB
+    assert _occupancy(32, 300 * 1024, 4, *h200) == 1  # never below one
+
+
+@gpu_only
+def test_gpu_work_list_grid_is_what_the_gpu_holds(gen, monkeypatch):
+    """The masked work list (E = 8, T = 2048, N = 1536: far more slots than the GPU holds) launches
+    the SMs times the programs an SM holds of the very program it launches (its registers, from the
+    compiled kernel the launch returns), compiles that program once for the question (Triton's
+    cache serves the launch), and asks again only for a new key; the unfused bits on the rows
+    present, the poison elsewhere."""
+    from inkling_kernels import _backend
+    from inkling_kernels import fp8 as fp8_mod
+
+    launched = []
+    launch = _backend.launch
+    monkeypatch.setattr(
+        fp8_mod._backend, "launch", lambda k, grid, *a, **kw: launched.append((grid, launch(k, grid, *a, **kw)))
+    )
+    warmups = []
+    warmup = fp8_mod._fp8_group_kernel.warmup
+    monkeypatch.setattr(fp8_mod._fp8_group_kernel, "warmup", lambda *a, **kw: warmups.append(1) or warmup(*a, **kw))
+    monkeypatch.setattr(fp8_mod, "_PROGRAMS_AN_SM", {})
+    E, T, N = 8, 2048, 1536
+    mm = torch.tensor([2048, 0, 136, 1024, 2040, 512, 8, 1600], dtype=torch.int32, device="cuda")
+    gateup = randn((E, T, 2 * N), torch.bfloat16, gen, "cuda")
+    present = torch.arange(T)[None, :] < mm.cpu()[:, None]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for _ in range(2):  # the second call asks nothing
+        out = _poisoned_out((E, T), N, N // 128, False, "cuda")
+        launched.clear()
+        q, s = silu_and_mul_fp8_group_quant(gateup, masked_m=mm, interleaved=False, out=out)
+        ((grid, compiled),) = launched
+        warp_regs = -(-compiled.n_regs * 32 // 256) * 256
+        fit = min(65536 // warp_regs // 4, 16)
+        assert grid == (sms * fit, 1) and len(warmups) == 1, (grid, compiled.n_regs, len(warmups))
+        act, (uq, us) = _unfused(gateup, None, False, 128, False, False)
+        assert bits_equal(q.cpu()[present], uq.cpu()[present]) and bits_equal(s.cpu()[present], us.cpu()[present])
+        assert bool((_bytes(q)[~present] == POISON_Q).all()) and bool(torch.isnan(s.cpu()[~present]).all())
+    # a new key (weights: another program) asks once more
+    silu_and_mul_fp8_group_quant(gateup, torch.rand((E, T), device="cuda"), masked_m=mm, interleaved=False)
+    assert len(warmups) == 2
 
 
 def test_zero_rows_and_empty_experts(device):

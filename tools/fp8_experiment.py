@@ -659,30 +659,33 @@ def decode_o() -> list[dict]:
     return rows
 
 
-# Experiment Q: the masked work list on a small grid whose loads Triton's software pipeliner issues
-# a few items ahead (``WORK_LIST_STAGES``: cp.async copies into shared memory), forced at T = 256
-# where the launch is otherwise one program per tile slot; at T = 2048 against the published work
-# list (16 an SM, a plain loop); and the small ragged counts in a T = 2048 buffer, where a time that
-# follows the rows present and not E x T is the same as at T = 256.
-Q_VARIANTS = {
-    "published": {},
-    "wl10": {"WORK_LIST_PAST": 0, "WORK_LIST_PER_SM": 10},
-    "wl2_s3": {"WORK_LIST_PAST": 0, "WORK_LIST_PER_SM": 2, "WORK_LIST_STAGES": 3},
-    "wl4_s3": {"WORK_LIST_PAST": 0, "WORK_LIST_PER_SM": 4, "WORK_LIST_STAGES": 3},
-    "wl4_s4": {"WORK_LIST_PAST": 0, "WORK_LIST_PER_SM": 4, "WORK_LIST_STAGES": 4},
-    "wl8_s2": {"WORK_LIST_PAST": 0, "WORK_LIST_PER_SM": 8, "WORK_LIST_STAGES": 2},
-    "wl8_s3": {"WORK_LIST_PAST": 0, "WORK_LIST_PER_SM": 8, "WORK_LIST_STAGES": 3},
-}
+# Experiment Q (319d75e; the pipelined loop was removed after it, its step is in the tool at that
+# commit): the masked work list on small grids whose loads Triton's software pipeliner issued a few
+# items ahead (``WORK_LIST_STAGES``), and on 10 programs an SM with the plain loop.
+#
+# Experiment R: the work list on the grid of what an SM holds of its program (``_programs_an_sm``:
+# 10 an SM of the 48-register program) against the 16 an SM it had (1.6 waves) at T = 2048; and the
+# benchmark's small ragged counts (921 rows) in buffers of T = 256, 512, 1024 and 2048 as launched,
+# and with the work list forced (the launch's threshold), next to the same rows as a 2-D call.
+def _fixed_programs_an_sm(n: int):
+    return lambda device, interpreted, args, consts: n
 
 
-def masked_q() -> list[dict]:
+R_VARIANTS = {"published": {}, "wl16": {"_programs_an_sm": _fixed_programs_an_sm(16)}}
+
+
+def masked_r() -> list[dict]:
     ragged = tuple(fp8_bench.MASKED_COUNTS)
-    small = _masked_variant_rows(256, ragged, (sum(ragged), 8 * 256, 16), Q_VARIANTS, "fp8 masked Q, T = 256")
     big = tuple(8 * c for c in ragged)
-    large = {k: Q_VARIANTS[k] for k in ("published", "wl10", "wl4_s3", "wl8_s2", "wl8_s3")}
-    rows = small + _masked_variant_rows(2048, big, (sum(big),), large, "fp8 masked Q, T = 2048")
-    few = {k: Q_VARIANTS[k] for k in ("published", "wl4_s3", "wl8_s3")}
-    return rows + _masked_variant_rows(2048, ragged, (sum(ragged),), few, "fp8 masked Q, T = 2048, small counts")
+    rows = _masked_variant_rows(2048, big, (sum(big),), R_VARIANTS, "fp8 masked R, T = 2048")
+    listed = {"published": {}, "list": {"WORK_LIST_PAST": 0}}
+    for T in (256, 512, 1024, 2048):
+        variants = listed if T < 2048 else {"published": {}}
+        rows += _masked_variant_rows(T, ragged, (sum(ragged),), variants, f"fp8 masked R, T = {T}, 921 rows")
+    for T in (512, 1024):
+        scaled = tuple(c * T // 256 for c in ragged)
+        rows += _masked_variant_rows(T, scaled, (sum(scaled),), listed, f"fp8 masked R, T = {T}, counts x {T // 256}")
+    return rows
 
 
 def main(argv: list[str]) -> int:
@@ -721,7 +724,7 @@ def main(argv: list[str]) -> int:
                 "masked_m": masked_m,
                 "masked_n": masked_n,
                 "decode_o": decode_o,
-                "masked_q": masked_q,
+                "masked_r": masked_r,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
         out.write_text(json.dumps(doc, indent=1) + "\n")
