@@ -668,14 +668,18 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
     return max(1, 2048 // (block_g * group)), block_g, 4
 
 
-# the masked layout's work list: taken past WORK_LIST_PAST times the resident programs in tile
-# slots (else one program per slot, expert by expert), on as many programs a streaming
-# multiprocessor as it holds at once (``_programs_an_sm``), at most WORK_LIST_PER_SM.
+# the masked layout's work list: taken when the tile slots exceed WORK_LIST_PAST times the
+# resident programs (else one program per slot, expert by expert), on as many programs a streaming
+# multiprocessor as it holds at once (``_programs_an_sm``), at most WORK_LIST_PER_SM. Experiment R:
+# past the resident programs the work list takes the same time for the same counts whatever T, and
+# beat the slots (8-warp programs then) by up to a quarter on ragged counts; full experts, a masked
+# layout's rare worst case, lost 4.5-16% (``data/tuning_log.md``).
 # Experiments L, M, N and Q (data/tuning_log.md) tried launching fewer programs at T = 256: a row
 # loop an expert, smaller work-list grids, loads issued a tile ahead by hand and by Triton's
 # pipeliner, larger programs, the slots in row order across the experts; each lost where the rows
 # are present.
-WORK_LIST_PAST = 4
+WORK_LIST_PAST = 1
+WORK_LIST_PAST_DECODE = 4  # decode tiles (one row, <= 512 elements): the threshold of experiment H, not remeasured
 WORK_LIST_PER_SM = 16
 
 
@@ -1005,14 +1009,8 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
     block_m, block_g, warps = _launch_config(T, G, group_size, interpreted)
     tiles = triton.cdiv(t_pad, block_m) * triton.cdiv(G, block_g)
     resident = _resident_programs(device, interpreted) if masked_m is not None else 0
-    work_list = masked_m is not None and E * tiles > WORK_LIST_PAST * resident
-    if masked_m is not None and not (work_list or interpreted) and T > DECODE_ROWS and E * tiles > resident:
-        # more tile slots than the GPU holds at once, too few for the work list: programs twice
-        # as large (8 warps, the same 16 elements a thread), half the programs to start (E = 8,
-        # T = 256, N = 3072, two runs: ragged 3.5-3.9% faster, an empty call 2.65 us instead of
-        # 4.5, full experts +4.4% and -2.0%; experiments M, N rerun, P)
-        block_m, warps = block_m * 2, 8
-        tiles = triton.cdiv(t_pad, block_m) * triton.cdiv(G, block_g)
+    past = WORK_LIST_PAST if T > DECODE_ROWS else WORK_LIST_PAST_DECODE
+    work_list = masked_m is not None and E * tiles > past * resident
     grid = (tiles, E)
     s_extent = sum((n - 1) * st for n, st in zip((E, t_pad, G), s_strides, strict=True)) + 1
     int64 = (
@@ -1064,10 +1062,9 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         **kwargs,
     )
     if work_list:
-        # many more tile slots than the GPU holds at once (experiments G, H: at E = 8, T = 2048 an
-        # empty call drops from 8.3 to 3.5 us; at 1.5 waves, T = 256 N = 3072, the work list cost
-        # 17-20%): a work list over the tiles present (``_fp8_group_kernel``) on a grid of what the
-        # GPU holds of this program at once (experiment Q: 16 an SM ran as 1.6 waves)
+        # more tile slots than the GPU holds at once: a work list over the tiles present
+        # (``_fp8_group_kernel``) on a grid of what the GPU holds of this program at once (at E = 8,
+        # T = 2048 an empty call drops from 8.3 us, one program a slot, to 2.6; experiments G, H, Q, R)
         sms = max(1, resident // 16)
         grid = (max(1, sms * min(WORK_LIST_PER_SM, _programs_an_sm(device, interpreted, args, consts))), 1)
     _backend.launch(_fp8_group_kernel, grid, device, *args, **consts)

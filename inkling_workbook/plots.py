@@ -416,23 +416,27 @@ def fp8_targets(fp8: pd.DataFrame, silu: pd.DataFrame | None = None) -> list[dic
         mm = masked[masked.N == n].sort_values("M")
         if len(mm) == 2:
             part, full = mm.iloc[0], mm.iloc[1]
-            per_row = (part.median_us / part.M) / (full.median_us / full.M)
-            measured = (
-                f"{int(part.M)} rows {part.median_us:.2f} us vs {int(full.M)} rows {full.median_us:.2f} us: "
-                f"per-row {per_row:.2f}x"
-            )
             flat = fp8[fp8.masked & (fp8.impl == "fused_2d_present") & (fp8.N == n)]
             flat = flat.set_index("case").median_us if len(flat) else {}
+            # the full case's per-row time: the faster of the full masked call and the same rows as
+            # one 2-D call, so that a slower full call cannot bring the ragged one under the line
+            full_us = min(full.median_us, flat[full.case]) if full.get("case") in flat else full.median_us
+            per_row = (part.median_us / part.M) / (full_us / full.M)
+            measured = (
+                f"{int(part.M)} rows {part.median_us:.2f} us vs {int(full.M)} rows {full_us:.2f} us: "
+                f"per-row {per_row:.2f}x"
+            )
             if part.get("case") in flat and full.get("case") in flat:
                 measured += (
-                    f"; the same rows as one 2-D call {flat[part.case]:.2f} / {flat[full.case]:.2f} us "
+                    f"; masked full {full.median_us:.2f} us; the same rows as one 2-D call "
+                    f"{flat[part.case]:.2f} / {flat[full.case]:.2f} us "
                     f"(masked {part.median_us / flat[part.case]:.2f}x / {full.median_us / flat[full.case]:.2f}x)"
                 )
             rows.append(
                 {
                     # full["T"], not full.T: on a row (a Series) .T is the transpose
                     "target": f"FP8 masked (E={int(full['E'])}, T={int(full['T'])}, N={n}): time proportional to rows "
-                    "present (per-row time within 25% of the full case)",
+                    "present (per-row time within 25% of the full case's, the faster of masked and 2-D)",
                     "measured": measured,
                     "met": bool(per_row <= 1.25),
                 }

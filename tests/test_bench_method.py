@@ -89,6 +89,17 @@ def test_fp8_targets_on_a_small_sweep():
             r["case"] = "ragged" if r["M"] == 921 else "full"
     masked = next(r for r in plots.fp8_targets(pd.DataFrame(rows)) if "masked" in r["target"])
     assert "2-D call 3.20 / 7.50 us (masked 1.25x / 1.07x)" in masked["measured"], masked["measured"]
+    # the full case's per-row time is the faster of the masked and the 2-D full call: 7.5 us here,
+    # so the ragged call (4.0 us, 921 rows) is 1.19x and still met
+    assert "vs 2048 rows 7.50 us: per-row 1.19x" in masked["measured"] and masked["met"], masked["measured"]
+    # a slower masked full call (12 us) cannot bring the ragged call under the line: still 1.19x;
+    # with the ragged call slower (4.5 us) it is 1.33x, missed, whatever the masked full call takes
+    for full_us, ragged_us, met in ((12.0, 4.0, True), (12.0, 4.5, False), (7.0, 4.5, False)):
+        for r in rows:
+            if r["masked"] and r["impl"] == "fused":
+                r["median_us"] = ragged_us if r["M"] == 921 else full_us
+        masked = next(r for r in plots.fp8_targets(pd.DataFrame(rows)) if "masked" in r["target"])
+        assert masked["met"] is met and f"masked full {full_us:.2f} us" in masked["measured"], masked["measured"]
     # decode: against silu_and_mul timed in the same passes when the sweep has it, else the silu sweep's
     silu = pd.DataFrame([{"M": 16, "N": 3072, "layout": "nil", "impl": "triton_pdl", "l2": "warm",
                           "weighted": False, "median_us": 0.90}])  # fmt: skip

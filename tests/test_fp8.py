@@ -6,6 +6,7 @@ import os
 
 import pytest
 import torch
+import triton
 from conftest import DEVICE, HAS_CUDA, gpu_only, randn
 
 import inkling_kernels as ik
@@ -424,9 +425,9 @@ def test_masked_work_list_with_weights_and_layouts(gen, device, monkeypatch, til
 def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
     """The compiled launch heuristic: at decode (rows <= 64) a program covers one row and at most
     512 elements (experiment G); past decode 2048 elements. The masked layout runs the work list
-    exactly when its tile slots exceed four times the resident programs (experiment H), on a grid
-    of that many programs; otherwise one program per slot, grid (slots, E), the programs twice as
-    large (8 warps) when the 2048-element slots exceed the resident programs (experiment P)."""
+    exactly when its tile slots exceed the resident programs (experiment R; at decode, four times
+    them: experiment H), on a grid of what the GPU holds at once; otherwise one program per slot,
+    grid (slots, E)."""
     from inkling_kernels import _backend
     from inkling_kernels import fp8 as fp8_mod
 
@@ -453,30 +454,31 @@ def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
     monkeypatch.setattr(fp8_mod, "_resident_programs", lambda device, interpreted: 200)
     monkeypatch.setattr(fp8_mod, "_programs_an_sm", lambda device, interpreted, args, consts: 10)
     monkeypatch.setattr(fp8_mod, "_launch_config", lambda rows, G, group, interpreted: (4, 2, 4))
-    # 8 experts x T/4 row tiles x 1 group tile, against 200 resident programs: 192 slots at T = 96
-    # (one 4-warp program a slot), 400 at T = 200 (past the resident programs: 8-row, 8-warp
-    # programs, 200 of them), 800 at T = 400 (4x, still programs), 808 at T = 404 (the work list,
-    # on what the GPU holds at once: 200 // 16 = 12 "SMs" of 10 programs)
-    for T, want in ((96, "slot"), (200, "double"), (400, "double"), (404, "list")):
-        gateup = torch.randn((8, T, 512)).to(torch.bfloat16)  # never launched (the launch is stubbed)
-        counts = torch.full((8,), T, dtype=torch.int32)
+    # E experts x T/4 row tiles x 1 group tile against 200 resident programs: 192 slots (E = 8,
+    # T = 96) and 200 (T = 100) one program a slot; 208 (T = 104) the work list, on what the GPU
+    # holds at once (200 // 16 = 12 "SMs" of 10 programs); decode rows (T = 64): 512 slots (E = 32)
+    # still one a slot, 832 (E = 52, past four times the resident) the work list
+    for E, T, want in ((8, 96, "slot"), (8, 100, "slot"), (8, 104, "list"), (32, 64, "slot"), (52, 64, "list")):
+        gateup = torch.randn((E, T, 512)).to(torch.bfloat16)  # never launched (the launch is stubbed)
+        counts = torch.full((E,), T, dtype=torch.int32)
         seen.clear()
         silu_and_mul_fp8_group_quant(gateup, masked_m=counts, enable_pdl=False)
         ((grid, kw),) = seen
-        slots = 8 * (T // 4)
-        assert kw["WORK_LIST"] is (want == "list") and (slots > 800) is (want == "list"), (T, slots)
-        assert kw["BLOCK_M"] == (8 if want == "double" else 4) and kw["num_warps"] == (8 if want == "double" else 4)
-        assert (slots > 200) is (want != "slot"), (T, slots)
-        assert grid == {"slot": (T // 4, 8), "double": (T // 8, 8), "list": (120, 1)}[want], grid
-        assert kw["E_POW2"] == (8 if want == "list" else 1)
-        assert kw["FAST_SCALE"] is False  # past decode rows: div_rn (experiment I)
+        slots = E * (T // 4)
+        assert kw["WORK_LIST"] is (want == "list"), (E, T, slots)
+        assert (slots > (800 if T <= fp8_mod.DECODE_ROWS else 200)) is (want == "list"), (E, T, slots)
+        assert kw["BLOCK_M"] == 4 and kw["num_warps"] == 4
+        assert grid == {"slot": (T // 4, E), "list": (120, 1)}[want], grid
+        assert kw["E_POW2"] == (triton.next_power_of_2(E) if want == "list" else 1)
+        assert kw["FAST_SCALE"] is (T <= fp8_mod.DECODE_ROWS)  # past decode rows: div_rn (experiment I)
         assert kw["WARP_REDUX"] is False  # 2048-element programs: 16 elements a thread, shuffles
     # the work list's programs an SM: what an SM holds, at most WORK_LIST_PER_SM
     monkeypatch.setattr(fp8_mod, "_programs_an_sm", lambda device, interpreted, args, consts: 40)
     seen.clear()
-    silu_and_mul_fp8_group_quant(torch.randn((8, 404, 512)).to(torch.bfloat16), masked_m=counts, enable_pdl=False)
+    counts = torch.full((8,), 104, dtype=torch.int32)
+    silu_and_mul_fp8_group_quant(torch.randn((8, 104, 512)).to(torch.bfloat16), masked_m=counts, enable_pdl=False)
     assert seen[0][0] == (12 * fp8_mod.WORK_LIST_PER_SM, 1), seen[0][0]
-    # 2-D launches are never doubled
+    # 2-D launches: one program a tile
     seen.clear()
     silu_and_mul_fp8_group_quant(torch.randn((4096, 512)).to(torch.bfloat16), enable_pdl=False)
     ((grid, kw),) = seen
@@ -792,42 +794,6 @@ def _fused_case(gen, E=4, T=64, N=1536):
     w = torch.rand((E, T), generator=gen).cuda()
     mm = torch.tensor([T, 0, 17, 40][:E], dtype=torch.int32, device="cuda")
     return gateup, w, mm
-
-
-@gpu_only
-@pytest.mark.parametrize("resident", [8, 16])
-def test_gpu_masked_larger_programs_past_the_resident_ones(gen, monkeypatch, resident):
-    """Masked, compiled, past decode: when the 2048-element slots exceed the resident programs (but
-    not four times them) the launch doubles its programs (8 warps, 4096 elements). With the resident
-    count lowered so that E = 4, T = 80, N = 256 takes that path (40 slots of 8 rows: resident 16;
-    resident 8: the work list, as a control), the unfused bits on the rows present for both
-    layouts, weights, both scale layouts (T = 80 is a multiple of 4: no padding here), counts above
-    T, negative and zero; the absent rows keep the poison."""
-    from inkling_kernels import fp8 as fp8_mod
-
-    monkeypatch.setattr(fp8_mod, "_resident_programs", lambda device, interpreted: resident)
-    E, T, N, mm = 4, 80, 256, [0, 33, 80, 99]
-    launched = []
-    launch = fp8_mod._backend.launch
-    monkeypatch.setattr(
-        fp8_mod._backend, "launch", lambda k, grid, *a, **kw: launched.append(kw) or launch(k, grid, *a, **kw)
-    )
-    gateup = randn((E, T, 2 * N), torch.bfloat16, gen, "cuda", scale=3.0)
-    w = torch.rand((E, T), generator=gen).cuda()
-    masked = torch.tensor(mm, dtype=torch.int32, device="cuda")
-    present = torch.arange(T)[None, :] < torch.tensor(mm).clamp(0, T)[:, None]
-    for column_major, interleaved, weights in ((False, True, w), (True, False, None)):
-        out = _poisoned_out((E, T), N, 2, column_major, "cuda")
-        launched.clear()
-        q, s = silu_and_mul_fp8_group_quant(
-            gateup, weights, interleaved=interleaved, masked_m=masked, column_major_scales=column_major, out=out
-        )
-        kw = launched[0]
-        assert kw["WORK_LIST"] is (resident == 8)
-        assert (kw["num_warps"], kw["BLOCK_M"] * kw["BLOCK_G"] * 128) == ((4, 2048) if resident == 8 else (8, 4096))
-        act, (uq, us) = _unfused(gateup, weights, interleaved, 128, False, column_major)
-        assert bits_equal(q.cpu()[present], uq.cpu()[present]) and bits_equal(s.cpu()[present], us.cpu()[present])
-        assert bool((_bytes(q)[~present] == POISON_Q).all()) and bool(torch.isnan(s.cpu()[~present]).all())
 
 
 @gpu_only

@@ -69,7 +69,7 @@ DECODE_VARIANTS = {
 MASKED = dict(N=3072, HAS_MASK=True, BLOCK_G=8)
 MASKED_VARIANTS = {
     "masked one a slot, 2048 elements / 4 warps": dict(MASKED, BLOCK_M=2),
-    "masked one a slot, 4096 elements / 8 warps (published)": dict(MASKED, BLOCK_M=4, warps=8),
+    "masked one a slot, 4096 elements / 8 warps (launched 976c5a2-0705326)": dict(MASKED, BLOCK_M=4, warps=8),
     "masked work list, 2048 elements / 4 warps": dict(MASKED, BLOCK_M=2, WORK_LIST=True, E_POW2=8),
 }
 
