@@ -572,7 +572,9 @@ def _masked_variant(v: dict, fn):
     return call
 
 
-def _masked_variant_rows(T: int, ragged: tuple, flat_rows: tuple, variants: dict, desc: str) -> list[dict]:
+def _masked_variant_rows(
+    T: int, ragged: tuple, flat_rows: tuple, variants: dict, desc: str, enable_pdl=None
+) -> list[dict]:
     """``_masked_rows`` for every variant in the same passes; each variant's rows present (bytes
     and scales) compared bit for bit with the published launch's, and the rows absent left as
     poisoned, before timing."""
@@ -592,7 +594,10 @@ def _masked_variant_rows(T: int, ragged: tuple, flat_rows: tuple, variants: dict
             for vname, v in variants.items():
                 q = torch.full((E, T, N), 0x7F, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
                 s = empty_scales((E, T), N // 128, False, "cuda").fill_(float("nan"))
-                fn = _masked_variant(v, lambda m=m, q=q, s=s: op(gateup, masked_m=m, out=(q, s), interleaved=False))
+                fn = _masked_variant(
+                    v,
+                    lambda m=m, q=q, s=s: op(gateup, masked_m=m, out=(q, s), interleaved=False, enable_pdl=enable_pdl),
+                )
                 fn()
                 torch.cuda.synchronize()
                 got = (q[present].clone(), s[present].clone())
@@ -608,8 +613,10 @@ def _masked_variant_rows(T: int, ragged: tuple, flat_rows: tuple, variants: dict
                 torch.empty((present_rows, N), dtype=torch.float8_e4m3fn, device="cuda"),
                 empty_scales((present_rows,), N // 128, False, "cuda"),
             )
-            calls[f"2d_{present_rows}"] = lambda flat=flat, out=out: op(flat, out=out, interleaved=False)
-        rows.append({"N": N, "E": E, "T": T, "ragged_counts": ragged, **_timings(calls)})
+            calls[f"2d_{present_rows}"] = lambda flat=flat, out=out: op(
+                flat, out=out, interleaved=False, enable_pdl=enable_pdl
+            )
+        rows.append({"N": N, "E": E, "T": T, "ragged_counts": ragged, "enable_pdl": enable_pdl, **_timings(calls)})
     return rows
 
 
@@ -688,6 +695,24 @@ def masked_r() -> list[dict]:
     return rows
 
 
+# Experiment T: the launch before 525d6e9 (one program a slot, 4096-element 8-warp programs past the
+# resident programs) against the work list now launched there, in the same passes, with PDL on and
+# off, at T = 256 and 512 (the benchmark's counts, scaled with T at 512) and the 921 rows at T = 512.
+T_VARIANTS = {"launched": {}, "slots_4096/8w": {"WORK_LIST_PAST": 10**9, "tile": (4096, 8)}}
+
+
+def masked_t() -> list[dict]:
+    ragged = tuple(fp8_bench.MASKED_COUNTS)
+    rows = []
+    for pdl in (None, False):
+        tag = "PDL off" if pdl is False else "PDL on"
+        rows += _masked_variant_rows(256, ragged, (sum(ragged),), T_VARIANTS, f"T = 256, {tag}", pdl)
+        scaled = tuple(2 * c for c in ragged)
+        rows += _masked_variant_rows(512, scaled, (sum(scaled),), T_VARIANTS, f"T = 512 x 2, {tag}", pdl)
+        rows += _masked_variant_rows(512, ragged, (sum(ragged),), T_VARIANTS, f"T = 512, 921 rows, {tag}", pdl)
+    return rows
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
     steps = argv[1].split(",") if len(argv) > 1 else ["e4m3", "fp8", "decode", "host"]
@@ -725,6 +750,7 @@ def main(argv: list[str]) -> int:
                 "masked_n": masked_n,
                 "decode_o": decode_o,
                 "masked_r": masked_r,
+                "masked_t": masked_t,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
         out.write_text(json.dumps(doc, indent=1) + "\n")
