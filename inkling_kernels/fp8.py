@@ -672,8 +672,9 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
 # resident programs (else one program per slot, expert by expert), on as many programs a streaming
 # multiprocessor as it holds at once (``_programs_an_sm``), at most WORK_LIST_PER_SM. Experiment R:
 # past the resident programs the work list takes the same time for the same counts whatever T, and
-# beat the slots (8-warp programs then) by up to a quarter on ragged counts; full experts, a masked
-# layout's rare worst case, lost 4.5-14% (``data/tuning_log.md``).
+# beat the slots (8-warp programs then) by up to a quarter on ragged counts with PDL (experiment T:
+# with PDL off a tie to 3.8% slower at T = 256-512, N = 1536-3072); full experts, a masked layout's
+# rare worst case, lost 5-18% (``data/tuning_log.md``).
 # Experiments L, M, N and Q (data/tuning_log.md) tried launching fewer programs at T = 256: a row
 # loop an expert, smaller work-list grids, loads issued a tile ahead by hand and by Triton's
 # pipeliner, larger programs, the slots in row order across the experts; each lost where the rows
