@@ -797,6 +797,41 @@ def _fused_case(gen, E=4, T=64, N=1536):
 
 
 @gpu_only
+def test_gpu_work_list_first_call_inside_a_graph_capture(gen, monkeypatch):
+    """A masked work-list launch whose program nothing in the process has compiled or sized yet
+    (group 64, N = 448, UE8M0, column-major scales, weights, interleaved), called for the first time
+    inside a CUDA graph capture: the occupancy query compiles and loads the program there. The
+    graph replays bitwise equal to eager calls, and again after new values and counts are copied in."""
+    from inkling_kernels import fp8 as fp8_mod
+
+    monkeypatch.setattr(fp8_mod, "_PROGRAMS_AN_SM", {})
+    monkeypatch.setattr(fp8_mod, "_resident_programs", lambda device, interpreted: 16)  # the work list here
+    kws = []
+    launch = fp8_mod._backend.launch
+    monkeypatch.setattr(
+        fp8_mod._backend, "launch", lambda k, grid, *a, **kw: kws.append(kw) or launch(k, grid, *a, **kw)
+    )
+    E, T, N = 3, 72, 448
+    gateup = randn((E, T, 2 * N), torch.bfloat16, gen, "cuda", scale=2.0)
+    w = torch.rand((E, T), generator=gen).cuda()
+    mm = torch.tensor([72, 0, 33], dtype=torch.int32, device="cuda")
+    opts = dict(interleaved=True, group_size=64, scale_ue8m0=True, column_major_scales=True)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        q, s = silu_and_mul_fp8_group_quant(gateup, w, masked_m=mm, **opts)
+    assert kws[0]["WORK_LIST"] is True and len(fp8_mod._PROGRAMS_AN_SM) == 1
+    for counts in ([72, 0, 33], [5, 72, 0]):
+        mm.copy_(torch.tensor(counts, dtype=torch.int32))
+        gateup.copy_(randn(gateup.shape, torch.bfloat16, gen, "cuda", scale=3.0))
+        graph.replay()
+        eq, es = silu_and_mul_fp8_group_quant(gateup, w, masked_m=mm, **opts)
+        torch.cuda.synchronize()
+        present = torch.arange(T)[None, :] < torch.tensor(counts)[:, None]
+        assert bits_equal(q.cpu()[present], eq.cpu()[present]), counts
+        assert bits_equal(_dense(s)[present], _dense(es)[present]), counts
+
+
+@gpu_only
 def test_gpu_graph_capture_and_replay_with_new_values(gen):
     """Both ops (plain and fused, functional and out=) captured in one CUDA graph; new input values
     (and new masked_m counts) copied in, replayed: bitwise equal to eager calls on those values."""
