@@ -710,12 +710,15 @@ def _programs_an_sm(device: torch.device, interpreted: bool, args: tuple, consts
     """Programs of ``_fp8_group_kernel``, compiled for ``args`` and ``consts``, that one streaming
     multiprocessor of ``device`` holds at once (``_occupancy``). A key's first call compiles the
     program (Triton's cache: the launch that follows reuses it) without launching it, and loads it
-    for its register count; the answer is cached by everything Triton specializes on, as
-    ``_backend.CudaLauncher`` keys its launches. The interpreter has no registers: 16."""
+    for its register count. The key is the device and the constexprs and launch options, the
+    program's shape: not the arguments' alignment and integer specializations, which can move the
+    register count by a few, so a grid may be a program an SM off for them, never wrong; building
+    the full key (``_backend.arg_spec`` of 17 arguments) costs about 5 us of host time a call, this
+    one under 1. The interpreter has no registers: 16."""
     if interpreted:
         return 16
     index = _backend.cuda_index(device)
-    key = (index, tuple(map(_backend.arg_spec, args)), tuple(consts.items()))
+    key = (index, *consts.values())  # consts: always the same names, in the same order
     fit = _PROGRAMS_AN_SM.get(key)
     if fit is None:
         with torch.cuda.device(index):
