@@ -62,6 +62,26 @@ def test_hostbench_binds_the_modules_and_refuses_on_cpu():
             hostbench.measure_host_overhead()
 
 
+def _masked_rows(base: dict, ragged_us: dict, full_us: float, x8_us: float) -> list[dict]:
+    """A hand-made masked sweep at N = 3072, E = 8: the 921 ragged rows at each T of ``ragged_us``,
+    every row present at T = 256, the counts x 8 at T = 2048; each with its 2-D call (3.2 us for
+    921 rows, 6.5 for 2048, 18 for 7368)."""
+    flat = {921: 3.2, 2048: 6.5, 7368: 18.0}
+    cases = [(f"ragged_T{T}", 921, T, us) for T, us in ragged_us.items()]
+    cases += [("full_T256", 2048, 256, full_us), ("x8_T2048", 7368, 2048, x8_us)]
+    rows = []
+    for case, m, T, us in cases:
+        for impl, t in (("fused", us), ("fused_2d_present", flat[m])):
+            rows.append({**base, "case": case, "M": m, "N": 3072, "layout": "nil", "masked": True, "E": 8, "T": T,
+                         "impl": impl, "median_us": t, "tbps": 1.0, "ceiling_tbps": 4.4})  # fmt: skip
+    return rows
+
+
+def _target(targets: list[dict], words: str) -> dict:
+    (found,) = [t for t in targets if words in t["target"]]
+    return found
+
+
 def test_fp8_targets_on_a_small_sweep():
     """FP8 targets from a hand-made sweep (the masked case reads the T column, not a row's .T)."""
     import pandas as pd
@@ -73,33 +93,39 @@ def test_fp8_targets_on_a_small_sweep():
     for impl, t in (("fused", 100.0), ("unfused", 180.0), ("torch_compile_static", 200.0)):
         rows.append({**base, "M": 49152, "N": 3072, "layout": "nil", "masked": False, "E": None, "T": None,
                      "impl": impl, "median_us": t, "tbps": 760e6 / t / 1e6, "ceiling_tbps": 4.4})  # fmt: skip
-    for m, t in ((921, 4.0), (2048, 8.0)):
-        rows.append({**base, "M": m, "N": 3072, "layout": "nil", "masked": True, "E": 8, "T": 256,
-                     "impl": "fused", "median_us": t, "tbps": 1.0, "ceiling_tbps": 4.4})  # fmt: skip
     targets = plots.fp8_targets(pd.DataFrame(rows))
-    assert len(targets) == 4
-    masked = next(r for r in targets if "masked" in r["target"])
-    assert "T=256" in masked["target"] and masked["met"]  # per-row 0.0043 vs 0.0039 us: 1.11x
-    assert "2-D" not in masked["measured"]  # no 2-D rows in this sweep
-    for case, m, t in (("ragged", 921, 3.2), ("full", 2048, 7.5)):
-        rows.append({**base, "case": case, "M": m, "N": 3072, "layout": "nil", "masked": True, "E": 8, "T": 256,
-                     "impl": "fused_2d_present", "median_us": t, "tbps": 1.0, "ceiling_tbps": 4.4})  # fmt: skip
-    for r in rows:
-        if r["masked"] and r["impl"] == "fused":
-            r["case"] = "ragged" if r["M"] == 921 else "full"
-    masked = next(r for r in plots.fp8_targets(pd.DataFrame(rows)) if "masked" in r["target"])
-    assert "2-D call 3.20 / 7.50 us (masked 1.25x / 1.07x)" in masked["measured"], masked["measured"]
-    # the full case's per-row time is the faster of the masked and the 2-D full call: 7.5 us here,
-    # so the ragged call (4.0 us, 921 rows) is 1.19x and still met
-    assert "vs 2048 rows 7.50 us: per-row 1.19x" in masked["measured"] and masked["met"], masked["measured"]
-    # a slower masked full call (12 us) cannot bring the ragged call under the line: still 1.19x;
-    # with the ragged call slower (4.5 us) it is 1.33x, missed, whatever the masked full call takes
-    for full_us, ragged_us, met in ((12.0, 4.0, True), (12.0, 4.5, False), (7.0, 4.5, False)):
-        for r in rows:
-            if r["masked"] and r["impl"] == "fused":
-                r["median_us"] = ragged_us if r["M"] == 921 else full_us
-        masked = next(r for r in plots.fp8_targets(pd.DataFrame(rows)) if "masked" in r["target"])
-        assert masked["met"] is met and f"masked full {full_us:.2f} us" in masked["measured"], masked["measured"]
+    assert len(targets) == 3 and not any("masked" in r["target"] for r in targets)  # no masked rows
+    rows += _masked_rows(base, {256: 4.0, 512: 4.2, 2048: 4.4}, full_us=7.0, x8_us=20.0)
+    targets = plots.fp8_targets(pd.DataFrame(rows))
+    assert len(targets) == 6
+    # not E x T: 921 rows in T = 256 / 512 / 2048 buffers, 4.4 / 4.0 = 1.10x
+    not_et = _target(targets, "not E x T")
+    assert not_et["met"] and "T = 256 / 512 / 2048 (E x T = 2048 to 16384)" in not_et["measured"]
+    assert "4.00 / 4.20 / 4.40 us, max/min 1.10x" in not_et["measured"], not_et["measured"]
+    assert "the same rows as one 2-D call 3.20-3.20 us" in not_et["measured"]
+    # the rows present: T = 256 (921 -> 2048 rows) masked (7.0 - 4.0) / 1127, 2-D (6.5 - 3.2) / 1127: 0.91x;
+    # T = 2048 (921 -> 7368) masked (20 - 4.4) / 6447, 2-D (18 - 3.2) / 6447: 1.05x
+    present = _target(targets, "the rows present")
+    assert present["met"] and "T = 256, 921 -> 2048 rows: 2.66 ns a row masked, 2.93 2-D (0.91x)" in present["measured"]
+    assert "T = 2048, 921 -> 7368 rows: 2.42 ns a row masked, 2.30 2-D (1.05x)" in present["measured"]
+    # reported: 4.0 / 3.2 = 1.25x to 4.4 / 3.2 = 1.38x; the old per-row reading against the faster
+    # full call (the 2-D one, 6.5 us): (4.0 / 921) / (6.5 / 2048) = 1.37x, the 2-D call itself
+    # (3.2 / 921) / (6.5 / 2048) = 1.09x
+    fixed = _target(targets, "fixed cost")
+    assert fixed["met"] is None and "921 rows masked over the same rows as one 2-D call 1.25-1.38x (3 buffers)" in (
+        fixed["measured"]
+    )
+    assert "per-row at T = 256, 921 of 2048 rows: 1.37x (one 2-D call on only those rows: 1.09x)" in fixed["measured"]
+    # a time that grows with T misses the first; a row that costs more masked misses the second
+    rows = [r for r in rows if not r["masked"]] + _masked_rows(base, {256: 4.0, 512: 4.5, 2048: 5.2}, 7.0, 30.0)
+    targets = plots.fp8_targets(pd.DataFrame(rows))
+    assert not _target(targets, "not E x T")["met"]  # 5.2 / 4.0 = 1.30x
+    assert not _target(targets, "the rows present")["met"]  # T = 2048: (30 - 5.2) / 6447 over 2.30 ns: 1.67x
+    assert "| report |" in plots.targets_markdown_rows(targets)
+    # a sweep without the larger buffers (before cf4b87e) says so rather than dropping the target
+    rows = [r for r in rows if not r["masked"] or r["T"] == 256]
+    not_et = _target(plots.fp8_targets(pd.DataFrame(rows)), "not E x T")
+    assert not not_et["met"] and not_et["measured"].startswith("not measured")
     # decode: against silu_and_mul timed in the same passes when the sweep has it, else the silu sweep's
     silu = pd.DataFrame([{"M": 16, "N": 3072, "layout": "nil", "impl": "triton_pdl", "l2": "warm",
                           "weighted": False, "median_us": 0.90}])  # fmt: skip
@@ -117,11 +143,16 @@ def test_fp8_targets_on_a_small_sweep():
 
 def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
     """``bench_fp8``'s bookkeeping with the GPU parts stubbed: every case warm, cold where the
-    working set can sit in L2, one buffer set per seed in rotation, the four implementations
-    timed in FP8_PASSES passes with a clock reading after each, the outputs checked first."""
+    working set can sit in L2, one buffer set per seed in rotation, the implementations a case
+    times (all four, or the masked sweep's three past T = 256) in FP8_PASSES passes with a clock
+    reading after each, the outputs checked first; at decode, torch.compile static's fastest of
+    COMPILE_DRAWS fresh compilations (the draws here cost 3, 1, 2, 4 us: draw 1 is timed)."""
+    import contextlib
+
     from inkling_workbook import fp8_bench
 
-    seeds, checked, timers = [], [], []
+    seeds, checked, timers, fresh = [], [], [], []
+    draw_us = (3.0, 1.0, 2.0, 4.0)
 
     class FakeTimer:
         def __init__(self, calls):
@@ -129,14 +160,22 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
             timers.append(self)
 
         def replay(self, rounds):
-            return [float(len(self.calls))] * rounds
+            return [getattr(self.calls[0], "us", float(len(self.calls)))] * rounds
 
         def close(self):
             pass
 
-    def fake_impls(case, seed=0):
-        seeds.append((case["name"], seed))
-        return {name: (lambda: None, fp8_bench.fp8_bytes(case)) for name in bench.FP8_IMPLS}
+    def fake_impls(case, seed=0, draw=0):
+        seeds.append((case["name"], seed, draw))
+
+        def compiled():
+            pass
+
+        compiled.us = draw_us[draw] if fp8_bench.compile_draws(case) > 1 else None
+        impls = {name: (lambda: None, fp8_bench.fp8_bytes(case)) for name in bench.FP8_IMPLS}
+        if compiled.us is not None:
+            impls["torch_compile_static"] = (compiled, fp8_bench.fp8_bytes(case))
+        return impls
 
     clocks = iter(range(1000, 100000))
     monkeypatch.setattr(bench, "GraphTimer", FakeTimer)
@@ -146,23 +185,36 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
         bench.provenance, "gpu_state", lambda: {"sm_clock_mhz": str(next(clocks)), "throttle_reasons": "0x4"}
     )
     monkeypatch.setattr(fp8_bench, "fp8_impls", fake_impls)
+    monkeypatch.setattr(fp8_bench, "fresh_compile", lambda: fresh.append(1) or contextlib.nullcontext())
     monkeypatch.setattr(fp8_bench, "check_fused_equals_unfused", lambda case, impls: checked.append(case["name"]))
     rows = bench.bench_fp8({1536: 4.0, 3072: 4.1}, progress=False)
 
     cases = fp8_bench.fp8_cases()
     cold = [c for c in cases if c["M"] in bench.FP8_COLD_MS or c["masked_m"] is not None]
-    assert len(rows) == len(bench.FP8_IMPLS) * (len(cases) + len(cold))
+    n_timed = {c["name"]: len([i for i in bench.FP8_IMPLS if fp8_bench.is_timed(c, i)]) for c in cases}
+    assert len(rows) == sum(n_timed[c["name"]] for c in cases + cold)
     assert {r["impl"] for r in rows} == set(bench.FP8_IMPLS) and {r["l2"] for r in rows} == {"warm", "cold"}
+    sweep = [r for r in rows if r["case"].startswith("masked") and r["T"] > fp8_bench.MASKED_T]
+    assert {r["impl"] for r in sweep} == set(fp8_bench.SWEEP_TIMED) and {r["T"] for r in sweep} == {512, 1024, 2048}
     assert all(r["passes"] == bench.FP8_PASSES for r in rows)
     assert len(checked) == len(cases) + len(cold)  # every timed buffer set 0 is checked first
+    decode = [c["name"] for c in cases if fp8_bench.compile_draws(c) > 1]
+    assert len(decode) == 4 and len(fresh) == 4 * fp8_bench.COMPILE_DRAWS  # each draw compiled afresh
     for r in rows:
         case = next(c for c in cases if c["name"] == r["case"])
+        if r["case"] in decode:  # every set of a decode case uses the fastest draw
+            assert {d for n, _, d in seeds if n == r["case"]} == set(range(fp8_bench.COMPILE_DRAWS))
+            assert [d for n, _, d in seeds if n == r["case"]][-1] == 1  # timed with draw 1
+            if r["impl"] == "torch_compile_static":
+                assert r["compile_draws_us"] == "3.0000 1.0000 2.0000 4.0000" and r["median_us"] == 1.0
+        else:
+            assert r["compile_draws_us"] == ""
         if r["l2"] == "warm":
             assert r["buffer_sets"] == 1
         else:  # cold: >= 3 L2s of buffers in rotation, each set its own seed
             assert r["buffer_sets"] * fp8_bench.fp8_bytes(case) >= bench.COLD_FACTOR * 50 * 2**20
             assert r["median_us"] == float(r["buffer_sets"])  # the timer saw every set
-            assert {s for n, s in seeds if n == case["name"]} >= set(range(r["buffer_sets"]))
+            assert {s for n, s, _ in seeds if n == case["name"]} >= set(range(r["buffer_sets"]))
         assert r["sm_clock_min"] < r["sm_clock_mhz"] < r["sm_clock_max"]  # five readings a case
         assert r["throttle_reasons"] == "0x4" and r["ceiling_tbps"] in (4.0, 4.1)
         assert len(r["pass_medians_us"].split()) == len(r["pass_clocks_mhz"].split()) == bench.FP8_PASSES

@@ -1157,11 +1157,36 @@ def test_exports():
 
 
 def test_fp8_bench_cases_are_data():
-    from inkling_workbook.fp8_bench import MASKED_COUNTS, fp8_bytes, fp8_cases, fp8_impls
+    from inkling_workbook.fp8_bench import (
+        MASKED_COUNTS,
+        MASKED_TS,
+        SWEEP_TIMED,
+        compile_draws,
+        fp8_bytes,
+        fp8_cases,
+        fp8_impls,
+        is_timed,
+    )
 
     cases = fp8_cases()
     names = [c["name"] for c in cases]
-    assert len(names) == len(set(names)) == 32
+    assert len(names) == len(set(names)) == 40
+    # the masked sweep: the same 921 rows at every T, and the counts x 8 at the largest; past T = 256
+    # only the fused op and its 2-D yardstick are timed
+    for N in (1536, 3072):
+        masked = [c for c in cases if c["E"] and c["N"] == N]
+        assert sorted(c["T"] for c in masked if c["M"] == 921) == list(MASKED_TS)
+        (x8,) = [c for c in masked if c["M"] == 8 * 921]
+        assert x8["T"] == MASKED_TS[-1] and x8["masked_m"] == [8 * c for c in MASKED_COUNTS]
+        for c in masked:
+            timed = {i for i in ("fused", "fused_no_pdl", "unfused", "torch_compile_static") if is_timed(c, i)}
+            every = {"fused", "fused_no_pdl", "unfused", "torch_compile_static"}
+            assert timed == ({"fused", "fused_no_pdl"} if c["T"] > 256 else every), c["name"]
+            assert is_timed(c, "fused_2d_present") and (c["timed"] is None) is (c["T"] == 256)
+    assert set(SWEEP_TIMED) == {"fused", "fused_no_pdl", "fused_2d_present"}
+    assert {c["name"] for c in cases if compile_draws(c) > 1} == {
+        f"M16_N{N}_{lay}" for N in (1536, 3072) for lay in ("il", "nil")
+    }
     grid = {(c["M"], c["N"], c["interleaved"]) for c in cases if c["masked_m"] is None}
     assert {(M, N) for M, N, _ in grid} == {(M, N) for M in (16, 1024, 8192, 49152) for N in (1536, 3072)}
     big = [c for c in cases if c["M"] == 49152]
@@ -1245,9 +1270,10 @@ def test_gpu_fp8_bench_impls_run_and_agree():
     bit-compared)."""
     from inkling_workbook.fp8_bench import check_fused_equals_unfused, fp8_cases, fp8_impls, present_rows
 
-    names = ("M1024_N1536_il", "masked_ragged_E8_T256_N1536", "M16_N1536_nil")
+    names = ("M1024_N1536_il", "masked_ragged_E8_T256_N1536", "M16_N1536_nil", "masked_raggedx8_E8_T2048_N3072")
     for case in [c for c in fp8_cases() if c["name"] in names]:
         impls = fp8_impls(case)
+        assert ("torch_compile_static" in impls) is (case["T"] in (None, 256)), case["name"]  # not past T = 256
         check_fused_equals_unfused(case, impls)
         q_out, s_out = impls["fused"][0]()
         fq, fs = q_out.clone(), s_out.clone()
@@ -1256,11 +1282,12 @@ def test_gpu_fp8_bench_impls_run_and_agree():
         nq, ns = impls["fused_no_pdl"][0]()  # the same kernel and buffers, PDL off: the same bits
         fq, fs, nq, ns = present_rows(case, fq, fs, nq, ns)
         assert bits_equal(fq, nq) and bits_equal(fs, ns)
-        cq, _ = impls["torch_compile_static"][0]()
-        assert (
-            cq.dtype == torch.float8_e4m3fn
-            and cq.numel() == case["T" if case["E"] else "M"] * (case["E"] or 1) * case["N"]
-        )
+        if "torch_compile_static" in impls:
+            cq, _ = impls["torch_compile_static"][0]()
+            assert (
+                cq.dtype == torch.float8_e4m3fn
+                and cq.numel() == case["T" if case["E"] else "M"] * (case["E"] or 1) * case["N"]
+            )
         assert impls["fused"][1] == case["M"] * (5 * case["N"] + 4 * case["N"] // 128)
         # plain decode cases also time silu_and_mul alone (its own bytes)
         plain_decode = case["M"] <= 16 and not case["column_major_scales"] and case["E"] is None
@@ -1275,6 +1302,29 @@ def test_gpu_fp8_bench_impls_run_and_agree():
             q2, s2 = fn()
             assert q2.shape == (case["M"], case["N"]) and s2.shape == (case["M"], case["N"] // 128)
             assert nbytes == impls["fused"][1]
+
+
+@gpu_only
+def test_gpu_compile_draws_are_fresh_compilations():
+    """At decode the benchmark compiles torch.compile static several times: each draw must be a
+    compilation of its own (a graph dynamo compiles, with inductor's caches empty), not the first
+    one served again from a cache, and every draw computes the same op."""
+    from torch._dynamo.utils import counters
+
+    from inkling_workbook.fp8_bench import compile_draws, fp8_cases, fp8_impls, fresh_compile
+
+    case = next(c for c in fp8_cases() if c["name"] == "M16_N3072_nil")
+    assert compile_draws(case) >= 3
+    outs = []
+    for draw in range(1, compile_draws(case)):  # draw 0 may have been compiled by another test
+        graphs, misses = counters["stats"]["unique_graphs"], counters["inductor"]["fxgraph_cache_miss"]
+        fn = fp8_impls(case, seed=7, draw=draw)["torch_compile_static"][0]
+        with fresh_compile():
+            outs.append(fn())
+        assert counters["stats"]["unique_graphs"] == graphs + 1, draw
+        assert counters["inductor"]["fxgraph_cache_miss"] == misses + 1, draw
+    for q, s in outs[1:]:
+        assert bits_equal(q, outs[0][0]) and bits_equal(s, outs[0][1])
 
 
 def test_bench_check_compares_only_the_rows_a_masked_case_writes():
