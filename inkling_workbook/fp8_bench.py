@@ -36,9 +36,7 @@ MASKED_SCALE = 8
 SWEEP_TIMED = ("fused", "fused_no_pdl", "fused_2d_present")
 
 
-def _case(
-    name, M, N, interleaved, column_major=False, ue8m0=False, E=None, T=None, masked_m=None, timed=None
-) -> dict:
+def _case(name, M, N, interleaved, column_major=False, ue8m0=False, E=None, T=None, masked_m=None, timed=None) -> dict:
     return {
         "name": name,
         "M": M,

@@ -112,8 +112,9 @@ def test_fp8_targets_on_a_small_sweep():
     # full call (the 2-D one, 6.5 us): (4.0 / 921) / (6.5 / 2048) = 1.37x, the 2-D call itself
     # (3.2 / 921) / (6.5 / 2048) = 1.09x
     fixed = _target(targets, "fixed cost")
-    assert fixed["met"] is None and "921 rows masked over the same rows as one 2-D call 1.25-1.38x (3 buffers)" in (
-        fixed["measured"]
+    assert (
+        fixed["met"] is None
+        and "921 rows masked over the same rows as one 2-D call 1.25-1.38x (3 buffers)" in (fixed["measured"])
     )
     assert "per-row at T = 256, 921 of 2048 rows: 1.37x (one 2-D call on only those rows: 1.09x)" in fixed["measured"]
     # a time that grows with T misses the first; a row that costs more masked misses the second
