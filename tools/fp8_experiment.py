@@ -573,11 +573,13 @@ def _masked_variant(v: dict, fn):
 
 
 def _masked_variant_rows(
-    T: int, ragged: tuple, flat_rows: tuple, variants: dict, desc: str, enable_pdl=None
+    T: int, ragged: tuple, flat_rows: tuple, variants: dict, desc: str, enable_pdl=None, cold: bool = False
 ) -> list[dict]:
     """``_masked_rows`` for every variant in the same passes; each variant's rows present (bytes
     and scales) compared bit for bit with the published launch's, and the rows absent left as
-    poisoned, before timing."""
+    poisoned, before timing. ``cold``: every call rotates over enough input and output sets that
+    at least ``bench.COLD_FACTOR`` L2s of a full call's bytes pass between two uses of a set (the
+    benchmark's cold L2); the check runs on the first set."""
     from inkling_kernels.fp8 import empty_scales
 
     op = fp8_mod.silu_and_mul_fp8_group_quant
@@ -585,38 +587,59 @@ def _masked_variant_rows(
     E = 8
     counts = {"full": (T,) * E, "ragged": ragged, "none": (0,) * E}
     for N in tqdm((1536, 3072), desc=desc):
-        gateup = torch.randn((E, T, 2 * N), device="cuda").bfloat16()
+        nsets = bench.n_buffer_sets(E * T * (5 * N + 4 * N // 128), cold)
+        gateups = [torch.randn((E, T, 2 * N), device="cuda").bfloat16() for _ in range(nsets)]
         calls = {}
         for name, mm in counts.items():
             m = torch.tensor(mm, dtype=torch.int32, device="cuda")
             present = torch.arange(T, device="cuda")[None, :] < m[:, None]
             ref = None
             for vname, v in variants.items():
-                q = torch.full((E, T, N), 0x7F, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
-                s = empty_scales((E, T), N // 128, False, "cuda").fill_(float("nan"))
-                fn = _masked_variant(
-                    v,
-                    lambda m=m, q=q, s=s: op(gateup, masked_m=m, out=(q, s), interleaved=False, enable_pdl=enable_pdl),
-                )
-                fn()
-                torch.cuda.synchronize()
-                got = (q[present].clone(), s[present].clone())
-                assert bool((q.view(torch.uint8)[~present] == 0x7F).all()), (N, name, vname)
-                assert bool(torch.isnan(s[~present]).all()), (N, name, vname)
-                if ref is None:
-                    ref = got
-                assert bits_equal(got[0], ref[0]) and bits_equal(got[1], ref[1]), (N, name, vname)
-                calls[f"{vname}_{name}_{sum(mm)}"] = fn
+                fns = []
+                for gateup in gateups:
+                    q = torch.full((E, T, N), 0x7F, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
+                    s = empty_scales((E, T), N // 128, False, "cuda").fill_(float("nan"))
+                    fns.append(
+                        _masked_variant(
+                            v,
+                            lambda m=m, q=q, s=s, g=gateup: op(
+                                g, masked_m=m, out=(q, s), interleaved=False, enable_pdl=enable_pdl
+                            ),
+                        )
+                    )
+                    if len(fns) == 1:
+                        fns[0]()
+                        torch.cuda.synchronize()
+                        got = (q[present].clone(), s[present].clone())
+                        assert bool((q.view(torch.uint8)[~present] == 0x7F).all()), (N, name, vname)
+                        assert bool(torch.isnan(s[~present]).all()), (N, name, vname)
+                        if ref is None:
+                            ref = got
+                        assert bits_equal(got[0], ref[0]) and bits_equal(got[1], ref[1]), (N, name, vname)
+                calls[f"{vname}_{name}_{sum(mm)}"] = fns if cold else fns[0]
         for present_rows in flat_rows:
-            flat = torch.randn((present_rows, 2 * N), device="cuda").bfloat16()
-            out = (
-                torch.empty((present_rows, N), dtype=torch.float8_e4m3fn, device="cuda"),
-                empty_scales((present_rows,), N // 128, False, "cuda"),
-            )
-            calls[f"2d_{present_rows}"] = lambda flat=flat, out=out: op(
-                flat, out=out, interleaved=False, enable_pdl=enable_pdl
-            )
-        rows.append({"N": N, "E": E, "T": T, "ragged_counts": ragged, "enable_pdl": enable_pdl, **_timings(calls)})
+            fns = []
+            for _ in range(nsets):
+                flat = torch.randn((present_rows, 2 * N), device="cuda").bfloat16()
+                out = (
+                    torch.empty((present_rows, N), dtype=torch.float8_e4m3fn, device="cuda"),
+                    empty_scales((present_rows,), N // 128, False, "cuda"),
+                )
+                fns.append(lambda flat=flat, out=out: op(flat, out=out, interleaved=False, enable_pdl=enable_pdl))
+            calls[f"2d_{present_rows}"] = fns if cold else fns[0]
+        rows.append(
+            {
+                "N": N,
+                "E": E,
+                "T": T,
+                "ragged_counts": ragged,
+                "enable_pdl": enable_pdl,
+                "l2": "cold" if cold else "warm",
+                "buffer_sets": nsets,
+                **_timings(calls),
+            }
+        )
+        del gateups, calls
     return rows
 
 
@@ -713,6 +736,69 @@ def masked_t() -> list[dict]:
     return rows
 
 
+# Experiment U: experiment T's comparison with cold L2 (the switch to the work list was measured
+# warm only), PDL on and off; and the host time of a masked call on the work list against one on
+# the tile slots and a 2-D call (``_masked_host``).
+def masked_u() -> list[dict]:
+    ragged = tuple(fp8_bench.MASKED_COUNTS)
+    rows = []
+    for pdl in (None, False):
+        tag = "PDL off" if pdl is False else "PDL on"
+        rows += _masked_variant_rows(256, ragged, (sum(ragged),), T_VARIANTS, f"cold T = 256, {tag}", pdl, True)
+        scaled = tuple(2 * c for c in ragged)
+        rows += _masked_variant_rows(512, scaled, (sum(scaled),), T_VARIANTS, f"cold T = 512 x 2, {tag}", pdl, True)
+        rows += _masked_variant_rows(512, ragged, (sum(ragged),), T_VARIANTS, f"cold T = 512, 921, {tag}", pdl, True)
+    return rows
+
+
+def _masked_host() -> list[dict]:
+    """Host us per call (``hostbench._per_call_us``: back-to-back eager calls, outputs preallocated,
+    PDL on) of the fused op: masked on the work list (T = 2048), masked on the tile slots (T = 256,
+    N = 1536) and the same rows as one 2-D call."""
+    from inkling_kernels.fp8 import empty_scales
+    from inkling_workbook.hostbench import _per_call_us
+
+    op = fp8_mod.silu_and_mul_fp8_group_quant
+    rows = []
+    for T, N in ((256, 1536), (2048, 1536), (2048, 3072)):
+        E, counts = 8, (4, 0, 1, 2, 3, 0, 1, 2)  # a few rows: the GPU work stays under the host's
+        gateup = torch.randn((E, T, 2 * N), device="cuda").bfloat16()
+        m = torch.tensor(counts, dtype=torch.int32, device="cuda")
+        out = (
+            torch.empty((E, T, N), dtype=torch.float8_e4m3fn, device="cuda"),
+            empty_scales((E, T), N // 128, False, "cuda"),
+        )
+        flat = torch.randn((sum(counts), 2 * N), device="cuda").bfloat16()
+        out2 = (
+            torch.empty((sum(counts), N), dtype=torch.float8_e4m3fn, device="cuda"),
+            empty_scales((sum(counts),), N // 128, False, "cuda"),
+        )
+        launched = []
+        saved = fp8_mod._backend.launch
+
+        def spy(kernel, grid, *a, **k):
+            launched.append(k.get("WORK_LIST"))
+            return saved(kernel, grid, *a, **k)
+
+        fp8_mod._backend.launch = spy
+        try:
+            op(gateup, masked_m=m, out=out, interleaved=False)
+        finally:
+            fp8_mod._backend.launch = saved
+        rows.append(
+            {
+                "T": T,
+                "N": N,
+                "work_list": bool(launched[0]),
+                "masked_us": round(
+                    _per_call_us(lambda: op(gateup, masked_m=m, out=out, interleaved=False), 2000, 7), 3
+                ),
+                "two_d_us": round(_per_call_us(lambda: op(flat, out=out2, interleaved=False), 2000, 7), 3),
+            }
+        )
+    return rows
+
+
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
     steps = argv[1].split(",") if len(argv) > 1 else ["e4m3", "fp8", "decode", "host"]
@@ -751,6 +837,8 @@ def main(argv: list[str]) -> int:
                 "decode_o": decode_o,
                 "masked_r": masked_r,
                 "masked_t": masked_t,
+                "masked_u": masked_u,
+                "masked_host": _masked_host,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
         out.write_text(json.dumps(doc, indent=1) + "\n")
