@@ -682,9 +682,6 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
 WORK_LIST_PAST = 1
 WORK_LIST_PAST_DECODE = 4  # decode tiles (one row, <= 512 elements): the threshold of experiment H, not remeasured
 WORK_LIST_PER_SM = 16
-#: registers a thread the work list's program is held to (ptxas ``maxnreg``; None: what ptxas
-#: chooses, 48 on sm_90, 10 programs an SM). Compiled launches only.
-WORK_LIST_MAXNREG = None
 
 
 def _resident_programs(device: torch.device, interpreted: bool) -> int:
@@ -1068,8 +1065,6 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         num_warps=warps,
         **kwargs,
     )
-    if work_list and WORK_LIST_MAXNREG and not interpreted:
-        consts["maxnreg"] = WORK_LIST_MAXNREG
     if work_list:
         # more tile slots than the GPU holds at once: a work list over the tiles present
         # (``_fp8_group_kernel``) on a grid of what the GPU holds of this program at once (at E = 8,

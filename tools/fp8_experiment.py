@@ -751,22 +751,8 @@ def masked_u() -> list[dict]:
     return rows
 
 
-# Experiment V: the work list's program held to fewer registers (``WORK_LIST_MAXNREG``: ptxas
-# ``maxnreg`` 40 or 32, 4 or 12 spilled values, against its own 48), so that an SM holds 12 or 16
-# of them and the grid (what the GPU holds at once) covers the tiles in fewer rounds: at E = 8,
-# T = 256, N = 3072 every expert full is 3072 tiles, 3 rounds of 1320 programs, 2 of 1584 or 2112.
-V_VARIANTS = {"launched": {}, "maxnreg40": {"WORK_LIST_MAXNREG": 40}, "maxnreg32": {"WORK_LIST_MAXNREG": 32}}
-
-
-def masked_v() -> list[dict]:
-    ragged = tuple(fp8_bench.MASKED_COUNTS)
-    rows = _masked_variant_rows(256, ragged, (sum(ragged), 2048), V_VARIANTS, "V, T = 256")
-    scaled = tuple(2 * c for c in ragged)
-    rows += _masked_variant_rows(512, scaled, (sum(scaled),), V_VARIANTS, "V, T = 512 x 2")
-    big = tuple(8 * c for c in ragged)
-    rows += _masked_variant_rows(2048, big, (sum(big),), V_VARIANTS, "V, T = 2048 x 8")
-    rows += _masked_variant_rows(2048, ragged, (sum(ragged),), V_VARIANTS, "V, T = 2048, 921 rows")
-    return rows
+# Experiment V (54be7ae; the knob was removed after it, its step is in the tool at that commit): the
+# work list's program held to 40 or 32 registers (ptxas ``maxnreg``) for 12 or 16 programs an SM.
 
 
 def _masked_host() -> list[dict]:
@@ -856,7 +842,6 @@ def main(argv: list[str]) -> int:
                 "masked_r": masked_r,
                 "masked_t": masked_t,
                 "masked_u": masked_u,
-                "masked_v": masked_v,
                 "masked_host": _masked_host,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
