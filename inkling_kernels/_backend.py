@@ -301,7 +301,7 @@ class CudaLauncher:
     (constexprs included, as Triton's own launcher passes them). The first launch of a key goes
     through ``kernel[grid](...)``, which compiles (or loads from Triton's cache) and runs; its
     ``CompiledKernel`` is kept. When a Triton launch hook is installed (a profiler), every
-    launch goes through ``kernel[grid]`` so the hooks see it.
+    launch goes through ``kernel[grid]`` so the hooks see it. The grid is ``(grid0, grid1)``.
     """
 
     def __init__(self, kernel: JITFunction, constexpr_names: tuple[str, ...]):
@@ -313,22 +313,37 @@ class CudaLauncher:
         self._cache: dict = {}
         self._lock = threading.Lock()
 
-    def __call__(self, key, grid0: int, device_index: int, args: tuple, num_warps: int, launch_pdl: bool):
+    def __call__(
+        self, key, grid0: int, device_index: int, args: tuple, num_warps: int, launch_pdl: bool, grid1: int = 1
+    ):
         entry = self._cache.get(key)
         if entry is not None and _no_launch_hooks() and _get_device() == device_index:
             launch, function, packed_metadata, coop = entry
             stream = _get_raw_stream(device_index)
             launch(
-                grid0, 1, 1, stream, function, coop, launch_pdl, None, None, packed_metadata, None, None, None, *args
+                grid0,
+                grid1,
+                1,
+                stream,
+                function,
+                coop,
+                launch_pdl,
+                None,
+                None,
+                packed_metadata,
+                None,
+                None,
+                None,
+                *args,
             )  # noqa: E501
             return
-        self._first_launch(key, grid0, device_index, args, num_warps, launch_pdl)
+        self._first_launch(key, grid0, grid1, device_index, args, num_warps, launch_pdl)
 
-    def _first_launch(self, key, grid0, device_index, args, num_warps, launch_pdl):
+    def _first_launch(self, key, grid0, grid1, device_index, args, num_warps, launch_pdl):
         n = self.n_runtime
         constexprs = dict(zip(self.constexpr_names, args[n:]))
         with torch.cuda.device(device_index):
-            compiled = self.kernel[(grid0,)](*args[:n], **constexprs, num_warps=num_warps, launch_pdl=launch_pdl)
+            compiled = self.kernel[(grid0, grid1)](*args[:n], **constexprs, num_warps=num_warps, launch_pdl=launch_pdl)
             launcher = compiled.run  # loads the module on this device
         if not _no_launch_hooks():
             return

@@ -1071,8 +1071,36 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         # T = 2048 an empty call drops from 8.3 us, one program a slot, to 2.6; experiments G, H, Q, R)
         sms = max(1, resident // 16)
         grid = (max(1, sms * min(WORK_LIST_PER_SM, _programs_an_sm(device, interpreted, args, consts))), 1)
-    _backend.launch(_fp8_group_kernel, grid, device, *args, **consts)
+    _launch_kernel(grid, device, interpreted, args, consts)
     return q, scales
+
+
+def _launch_kernel(grid: tuple[int, int], device: torch.device, interpreted: bool, args: tuple, consts: dict) -> None:
+    """One launch of ``_fp8_group_kernel``: interpreted on CPU tensors; compiled through the cached
+    thin path (``_backend.CudaLauncher``: no ``JITFunction.run`` binding of 17 arguments and 19
+    constexprs a call) on CUDA ones. ``consts``: the constexprs and the launch options."""
+    if interpreted:
+        _backend.launch(_fp8_group_kernel, grid, device, *args, **consts)
+        return
+    index = _backend.cuda_index(device)
+    warps, pdl = consts["num_warps"], consts["USE_PDL"]
+    key, values = _launch_key(index, args, consts, warps, pdl)
+    _LAUNCHER(key, grid[0], index, (*args, *values), warps, pdl, grid[1])
+
+
+#: the constexprs of ``_fp8_group_kernel``, in its order
+_CONSTEXPRS = tuple(p.name for p in _fp8_group_kernel.params if p.is_constexpr)
+#: compiled launches: the cached thin path (``_backend.CudaLauncher``), not ``JITFunction.run``
+_LAUNCHER = _backend.CudaLauncher(_fp8_group_kernel, _CONSTEXPRS)
+
+
+def _launch_key(index: int, args: tuple, consts: dict, warps: int, pdl: bool) -> tuple[tuple, tuple]:
+    """(the thin launcher's key, the constexpr values in the kernel's order): the key holds the
+    device (a compiled program is loaded per device), every constexpr and launch option and, for
+    the 17 runtime arguments, what Triton specializes on (:func:`_backend.arg_spec`: dtype and
+    16-byte alignment of each pointer; width, == 1 and % 16 of each integer)."""
+    values = tuple(consts[name] for name in _CONSTEXPRS)
+    return (index, warps, pdl, values, *map(_backend.arg_spec, args)), values
 
 
 def _check_rows(name: str, t: torch.Tensor) -> None:

@@ -772,7 +772,8 @@ FP8_IMPLS = {
 }
 FP8_PASSES = 5  # interleaved passes of every FP8 case: the M = 49152 medians moved with the clock
 #: cold L2 where the working set of a call can sit in the 60 MiB L2: M = 1024 (8-16 MB a call),
-#: M = 8192 (63-126 MB, part of it) and the masked cases (25-50 MB of buffers). Not at M = 16:
+#: M = 8192 (63-126 MB, part of it) and the masked cases (a call reads only the rows present: 7-14 MB
+#: at 921 rows, 60-114 MB at 7368). Not at M = 16:
 #: a decode step reads an activation its GEMM has just written, so it is L2-warm in a server.
 FP8_COLD_MS = (1024, 8192)
 #: where the FP8 sweep's method differs from the silu sweep's (recorded with its rows)

@@ -399,9 +399,11 @@ def test_masked_work_list_with_weights_and_layouts(gen, device, monkeypatch, til
     monkeypatch.setattr(fp8_mod, "WORK_LIST_PER_SM", per_sm)
     monkeypatch.setattr(fp8_mod, "_programs_an_sm", lambda device, interpreted, args, consts: 10**6)  # the cap rules
     launched = []
-    launch = fp8_mod._backend.launch
+    launch = fp8_mod._launch_kernel
     monkeypatch.setattr(
-        fp8_mod._backend, "launch", lambda k, grid, *a, **kw: launched.append((grid, kw)) or launch(k, grid, *a, **kw)
+        fp8_mod,
+        "_launch_kernel",
+        lambda grid, dev, interp, a, kw: launched.append((grid, kw)) or launch(grid, dev, interp, a, kw),
     )
     gateup = randn((E, T, 2 * N), torch.bfloat16, gen, device)
     w = torch.rand((E, T), generator=gen).to(device)
@@ -437,7 +439,7 @@ def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
         bm, bg, warps = fp8_mod._launch_config(4096, G, group, False)
         assert bm * bg * group == 2048 or bg * group > 2048, (G, group)
     seen = []
-    monkeypatch.setattr(_backend, "launch", lambda kernel, grid, device, *a, **kw: seen.append((grid, kw)))
+    monkeypatch.setattr(fp8_mod, "_launch_kernel", lambda grid, device, interpreted, a, kw: seen.append((grid, kw)))
     monkeypatch.setattr(_backend, "uses_interpreter", lambda device: False)
     monkeypatch.setattr(
         fp8_mod,
@@ -498,6 +500,76 @@ def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
         assert kw["WARP_REDUX"] is want, (N, group)
 
 
+def test_fp8_launch_key_covers_every_constexpr_and_specialization():
+    """The thin launch path's key (``fp8._launch_key``): the device, the launch options, every
+    constexpr of the kernel in its order, and what Triton specializes on of each runtime argument;
+    a change to any of them is a new key (a new compiled program), nothing else is."""
+    from inkling_kernels import fp8 as fp8_mod
+
+    assert fp8_mod._CONSTEXPRS == tuple(p.name for p in fp8_mod._fp8_group_kernel.params if p.is_constexpr)
+    consts = {name: i for i, name in enumerate(fp8_mod._CONSTEXPRS)} | {"num_warps": 4, "launch_pdl": True}
+    buf = torch.empty(64, dtype=torch.bfloat16)
+    args = (buf[:16], buf[:16], torch.zeros(4, dtype=torch.int32), buf.view(torch.uint8)[:16], torch.empty(4))
+    args += (16, 16, 32, 1, 17, 48, 0, 0, 2**40, 3, 1, 1)
+    key, values = fp8_mod._launch_key(0, args, consts, 4, True)
+    assert values == tuple(range(len(fp8_mod._CONSTEXPRS)))
+    same, _ = fp8_mod._launch_key(0, (buf[8:24], *args[1:]), consts, 4, True)  # another 16-byte-aligned view
+    assert same == key and hash(key) == hash(same)
+    changed = [
+        fp8_mod._launch_key(1, args, consts, 4, True)[0],  # another device
+        fp8_mod._launch_key(0, args, consts, 8, True)[0],  # warps
+        fp8_mod._launch_key(0, args, consts, 4, False)[0],  # PDL
+        fp8_mod._launch_key(0, args, consts | {"WORK_LIST": 99}, 4, True)[0],  # a constexpr
+        fp8_mod._launch_key(0, (buf[1:17], *args[1:]), consts, 4, True)[0],  # an unaligned pointer
+        fp8_mod._launch_key(0, (*args[:5], 1, *args[6:]), consts, 4, True)[0],  # an int equal to 1
+        fp8_mod._launch_key(0, (*args[:5], 17, *args[6:]), consts, 4, True)[0],  # not a multiple of 16
+        fp8_mod._launch_key(0, (*args[:5], 2**33, *args[6:]), consts, 4, True)[0],  # a 64-bit int
+        fp8_mod._launch_key(0, (args[0].float(), *args[1:]), consts, 4, True)[0],  # a dtype
+    ]
+    assert len({key, *changed}) == len(changed) + 1
+
+
+@gpu_only
+def test_gpu_thin_launch_path_equals_tritons(gen):
+    """Compiled FP8 launches go through the cached thin path (``fp8._LAUNCHER``) after their
+    first call; its launches (2-D grids of tiles x experts included) write the same bits as the
+    same calls through ``kernel[grid]`` (forced by a Triton launch hook), and as the unfused pair."""
+    from inkling_kernels import _backend
+    from inkling_kernels import fp8 as fp8_mod
+
+    E, T, N = 4, 40, 768
+    gateup = randn((E, T, 2 * N), torch.bfloat16, gen, "cuda")
+    mm = torch.tensor([40, 0, 9, 31], dtype=torch.int32, device="cuda")
+    present = torch.arange(T)[None, :] < mm.cpu()[:, None]
+    cases = {"masked": dict(masked_m=mm), "2-D": {}}
+    for name, kw in cases.items():
+        x = gateup if kw else gateup.reshape(-1, 2 * N)[:77]
+        outs = []
+        chain = _backend.knobs.runtime.launch_enter_hook  # Triton's default: an empty HookChain
+
+        def hook(*a):
+            pass
+
+        for path in ("first", "thin", "triton"):
+            if path == "triton":
+                chain.add(hook)  # a profiler's hook: every launch through kernel[grid]
+            try:
+                before = len(fp8_mod._LAUNCHER.cached_keys())
+                q, s = silu_and_mul_fp8_group_quant(x, interleaved=False, **kw)
+                torch.cuda.synchronize()
+            finally:
+                if path == "triton":
+                    chain.remove(hook)
+            if path == "thin":
+                assert len(fp8_mod._LAUNCHER.cached_keys()) == before, "the second call must reuse the key"
+            outs.append((_bytes(q), _dense(s)))
+        keep = present if kw else slice(None)
+        for q, s in outs[1:]:
+            assert bits_equal(q[keep], outs[0][0][keep]) and bits_equal(s[keep], outs[0][1][keep]), name
+        act, (uq, us) = _unfused(x, None, False, 128, False, False)
+        assert bits_equal(outs[0][0][keep], _bytes(uq)[keep]) and bits_equal(outs[0][1][keep], _dense(us)[keep]), name
+
+
 def test_occupancy_of_a_program():
     """Programs an SM holds (``_occupancy``, the work list's grid) on an H200's limits (65,536
     registers, 2,048 threads, 228 KB of shared memory an SM): registers allocated 256 a warp, 1 KB
@@ -523,13 +595,14 @@ def test_gpu_work_list_grid_is_what_the_gpu_holds(gen, monkeypatch):
     compiled kernel the launch returns), compiles that program once for the question (Triton's
     cache serves the launch), and asks again only for a new key; the unfused bits on the rows
     present, the poison elsewhere."""
-    from inkling_kernels import _backend
     from inkling_kernels import fp8 as fp8_mod
 
     launched = []
-    launch = _backend.launch
+    launch = fp8_mod._launch_kernel
     monkeypatch.setattr(
-        fp8_mod._backend, "launch", lambda k, grid, *a, **kw: launched.append((grid, launch(k, grid, *a, **kw)))
+        fp8_mod,
+        "_launch_kernel",
+        lambda grid, dev, interp, a, kw: launched.append((grid, a, kw)) or launch(grid, dev, interp, a, kw),
     )
     warmups = []
     warmup = fp8_mod._fp8_group_kernel.warmup
@@ -544,7 +617,9 @@ def test_gpu_work_list_grid_is_what_the_gpu_holds(gen, monkeypatch):
         out = _poisoned_out((E, T), N, N // 128, False, "cuda")
         launched.clear()
         q, s = silu_and_mul_fp8_group_quant(gateup, masked_m=mm, interleaved=False, out=out)
-        ((grid, compiled),) = launched
+        ((grid, args, consts),) = launched
+        compiled = warmup(*args, grid=(1,), **consts)  # the launched program, from Triton's cache
+        compiled._init_handles()
         warp_regs = -(-compiled.n_regs * 32 // 256) * 256
         fit = min(65536 // warp_regs // 4, 16)
         assert grid == (sms * fit, 1) and len(warmups) == 1, (grid, compiled.n_regs, len(warmups))
@@ -807,9 +882,9 @@ def test_gpu_work_list_first_call_inside_a_graph_capture(gen, monkeypatch):
     monkeypatch.setattr(fp8_mod, "_PROGRAMS_AN_SM", {})
     monkeypatch.setattr(fp8_mod, "_resident_programs", lambda device, interpreted: 16)  # the work list here
     kws = []
-    launch = fp8_mod._backend.launch
+    launch = fp8_mod._launch_kernel
     monkeypatch.setattr(
-        fp8_mod._backend, "launch", lambda k, grid, *a, **kw: kws.append(kw) or launch(k, grid, *a, **kw)
+        fp8_mod, "_launch_kernel", lambda grid, dev, interp, a, kw: kws.append(kw) or launch(grid, dev, interp, a, kw)
     )
     E, T, N = 3, 72, 448
     gateup = randn((E, T, 2 * N), torch.bfloat16, gen, "cuda", scale=2.0)

@@ -514,7 +514,8 @@ def test_host_overhead_measurement_runs():
 def test_cuda_launcher_plumbing_without_a_gpu(monkeypatch):
     """:class:`CudaLauncher` with a stand-in kernel (no GPU here): the first launch of a key goes
     through ``kernel[grid](runtime args, **constexprs, num_warps, launch_pdl)``; later launches
-    call the compiled kernel's C launcher with Triton's argument order and the current stream;
+    call the compiled kernel's C launcher with Triton's argument order, the grid's two dimensions
+    and the current stream;
     a set launch hook, a device other than the current one, or scratch memory keep the slow path."""
     calls = []
 
@@ -549,9 +550,11 @@ def test_cuda_launcher_plumbing_without_a_gpu(monkeypatch):
     launcher = _backend.CudaLauncher(FakeKernel(), ("A", "B"))
     args = ("tensor", 5, 16, "s")
     launcher("k1", 3, 0, args, 4, True)
-    assert calls[-1] == ("slow", (3,), ("tensor", 5), {"A": 16, "B": "s", "num_warps": 4, "launch_pdl": True})
+    assert calls[-1] == ("slow", (3, 1), ("tensor", 5), {"A": 16, "B": "s", "num_warps": 4, "launch_pdl": True})
     launcher("k1", 7, 0, args, 4, True)
     assert calls[-1] == ("fast", (7, 1, 1, 777, 1234, 0, True, None, None, (4, 1, 0), None, None, None) + args)
+    launcher("k1", 7, 0, args, 4, True, grid1=5)  # a 2-D grid (the FP8 kernel's tiles x experts)
+    assert calls[-1] == ("fast", (7, 5, 1, 777, 1234, 0, True, None, None, (4, 1, 0), None, None, None) + args)
     launcher("k1", 7, 1, args, 4, True)  # another device than the current one: slow path
     assert calls[-1][0] == "slow"
     chain = _backend.knobs.runtime.launch_enter_hook  # Triton's default: an empty HookChain

@@ -578,8 +578,9 @@ def _masked_variant_rows(
     """``_masked_rows`` for every variant in the same passes; each variant's rows present (bytes
     and scales) compared bit for bit with the published launch's, and the rows absent left as
     poisoned, before timing. ``cold``: every call rotates over enough input and output sets that
-    at least ``bench.COLD_FACTOR`` L2s of a full call's bytes pass between two uses of a set (the
-    benchmark's cold L2); the check runs on the first set."""
+    at least ``bench.COLD_FACTOR`` L2s of the smallest timed call's bytes pass between two uses of
+    a set (the benchmark's cold L2; 21963ec sized them by the full call's, too few for the ragged
+    calls); the check runs on the first set."""
     from inkling_kernels.fp8 import empty_scales
 
     op = fp8_mod.silu_and_mul_fp8_group_quant
@@ -587,7 +588,10 @@ def _masked_variant_rows(
     E = 8
     counts = {"full": (T,) * E, "ragged": ragged, "none": (0,) * E}
     for N in tqdm((1536, 3072), desc=desc):
-        nsets = bench.n_buffer_sets(E * T * (5 * N + 4 * N // 128), cold)
+        # cold: the sets are sized by the fewest rows a timed call reads (a masked call reads only
+        # the rows present), so that even that call moves >= COLD_FACTOR L2s between two uses of a set
+        fewest = min(r for r in (sum(ragged), *flat_rows) if r > 0)
+        nsets = bench.n_buffer_sets(fewest * (5 * N + 4 * N // 128), cold)
         gateups = [torch.randn((E, T, 2 * N), device="cuda").bfloat16() for _ in range(nsets)]
         calls = {}
         for name, mm in counts.items():
@@ -758,7 +762,7 @@ def masked_u() -> list[dict]:
 def _masked_host() -> list[dict]:
     """Host us per call (``hostbench._per_call_us``: back-to-back eager calls, outputs preallocated,
     PDL on) of the fused op: masked on the work list (T = 2048), masked on the tile slots (T = 256,
-    N = 1536) and the same rows as one 2-D call."""
+    N = 1536) and the same rows as one 2-D call, the last also through Triton's own launch path."""
     from inkling_kernels.fp8 import empty_scales
     from inkling_workbook.hostbench import _per_call_us
 
@@ -778,17 +782,17 @@ def _masked_host() -> list[dict]:
             empty_scales((sum(counts),), N // 128, False, "cuda"),
         )
         launched = []
-        saved = fp8_mod._backend.launch
+        saved = fp8_mod._launch_kernel
 
-        def spy(kernel, grid, *a, **k):
-            launched.append(k.get("WORK_LIST"))
-            return saved(kernel, grid, *a, **k)
+        def spy(grid, device, interpreted, args, consts):
+            launched.append(consts["WORK_LIST"])
+            return saved(grid, device, interpreted, args, consts)
 
-        fp8_mod._backend.launch = spy
+        fp8_mod._launch_kernel = spy
         try:
             op(gateup, masked_m=m, out=out, interleaved=False)
         finally:
-            fp8_mod._backend.launch = saved
+            fp8_mod._launch_kernel = saved
         rows.append(
             {
                 "T": T,
@@ -798,9 +802,27 @@ def _masked_host() -> list[dict]:
                     _per_call_us(lambda: op(gateup, masked_m=m, out=out, interleaved=False), 2000, 7), 3
                 ),
                 "two_d_us": round(_per_call_us(lambda: op(flat, out=out2, interleaved=False), 2000, 7), 3),
+                "two_d_triton_run_us": round(_through_triton_run(lambda: op(flat, out=out2, interleaved=False)), 3),
             }
         )
     return rows
+
+
+def _through_triton_run(fn) -> float:
+    """Host us per call of ``fn`` with a Triton launch hook installed: every launch then goes
+    through ``kernel[grid]`` (``JITFunction.run``), not the package's cached thin path."""
+    from inkling_workbook.hostbench import _per_call_us
+
+    chain = fp8_mod._backend.knobs.runtime.launch_enter_hook
+
+    def hook(*a):
+        pass
+
+    chain.add(hook)
+    try:
+        return _per_call_us(fn, 2000, 7)
+    finally:
+        chain.remove(hook)
 
 
 def main(argv: list[str]) -> int:
