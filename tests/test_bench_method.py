@@ -106,8 +106,10 @@ def test_fp8_targets_on_a_small_sweep():
     # the rows present: T = 256 (921 -> 2048 rows) masked (7.0 - 4.0) / 1127, 2-D (6.5 - 3.2) / 1127: 0.91x;
     # T = 2048 (921 -> 7368) masked (20 - 4.4) / 6447, 2-D (18 - 3.2) / 6447: 1.05x
     present = _target(targets, "the rows present")
-    assert present["met"] and "T = 256, 921 -> 2048 rows: 2.66 ns a row masked, 2.93 2-D (0.91x)" in present["measured"]
-    assert "T = 2048, 921 -> 7368 rows: 2.42 ns a row masked, 2.30 2-D (1.05x)" in present["measured"]
+    assert (
+        present["met"] and "T = 256, 921 -> 2048 rows: 2.66 ns a row masked, 2.93 2-D (0.909x)" in present["measured"]
+    )
+    assert "T = 2048, 921 -> 7368 rows: 2.42 ns a row masked, 2.30 2-D (1.054x)" in present["measured"]
     # reported: 4.0 / 3.2 = 1.25x to 4.4 / 3.2 = 1.38x; the old per-row reading against the faster
     # full call (the 2-D one, 6.5 us): (4.0 / 921) / (6.5 / 2048) = 1.37x, the 2-D call itself
     # (3.2 / 921) / (6.5 / 2048) = 1.09x
@@ -123,6 +125,19 @@ def test_fp8_targets_on_a_small_sweep():
     assert not _target(targets, "not E x T")["met"]  # 5.2 / 4.0 = 1.30x
     assert not _target(targets, "the rows present")["met"]  # T = 2048: (30 - 5.2) / 6447 over 2.30 ns: 1.67x
     assert "| report |" in plots.targets_markdown_rows(targets)
+    # with a repeat a target is met only if met in both; where they disagree the repeat is quoted
+    good = pd.DataFrame([r for r in rows if not r["masked"]] + _masked_rows(base, {256: 4.0, 2048: 4.4}, 7.0, 20.0))
+    bad = pd.DataFrame([r for r in rows if not r["masked"]] + _masked_rows(base, {256: 4.0, 2048: 5.2}, 7.0, 30.0))
+    both = plots.fp8_targets(good, repeat=good)
+    assert _target(both, "not E x T")["met"] and _target(both, "not E x T")["measured"].endswith("; repeat: met too")
+    mixed = plots.fp8_targets(good, repeat=bad)
+    present = _target(mixed, "the rows present")
+    assert not present["met"] and "; repeat: MISSED, T = 256" in present["measured"], present["measured"]
+    not_et = _target(mixed, "not E x T")  # the repeat's 921 rows: 5.2 / 4.0 = 1.30x
+    assert not not_et["met"] and "repeat: MISSED" in not_et["measured"] and "max/min 1.30x" in not_et["measured"]
+    fixed = _target(mixed, "fixed cost")
+    assert fixed["met"] is None and "repeat" not in fixed["measured"]  # a report is not judged
+    assert not _target(plots.fp8_targets(good, repeat=good.iloc[:3]), "not E x T")["met"]  # not in the repeat
     # a sweep without the larger buffers (before cf4b87e) says so rather than dropping the target
     rows = [r for r in rows if not r["masked"] or r["T"] == 256]
     not_et = _target(plots.fp8_targets(pd.DataFrame(rows)), "not E x T")
@@ -232,3 +247,24 @@ def test_gpu_explore_times_the_asked_implementations():
     assert ((got.lo_us <= got.median_us) & (got.median_us <= got.hi_us) & (got.median_us > 0)).all()
     with pytest.raises(ValueError, match="impls"):
         bench.explore(shape, ["nope"])
+
+
+def test_fp8_repeat_is_found_by_the_published_commit(tmp_path):
+    """``plots.fp8_repeat``: the repeat of a published FP8 sweep is the file FP8_REPEATS names for
+    its record's commit, under rerun/; another commit, or no such file, has none."""
+    import json
+
+    import pandas as pd
+
+    from inkling_workbook import plots
+
+    csv = tmp_path / "fp8_bench_h200.csv"
+    pd.DataFrame([{"case": "x", "median_us": 1.0}]).to_csv(csv, index=False)
+    (tmp_path / "rerun").mkdir()
+    commit, name = next(iter(plots.FP8_REPEATS.items()))
+    pd.DataFrame([{"case": "x", "median_us": 2.0}]).to_csv(tmp_path / "rerun" / name, index=False)
+    csv.with_suffix(".json").write_text(json.dumps({"git_commit": commit + "0" * 33}))
+    assert plots.fp8_repeat(csv).median_us.tolist() == [2.0]
+    csv.with_suffix(".json").write_text(json.dumps({"git_commit": "0" * 40}))
+    assert plots.fp8_repeat(csv) is None
+    assert plots.fp8_repeat(tmp_path / "none.csv") is None
