@@ -26,11 +26,6 @@ README = ROOT / "README.md"
 # the same way (its `=== <step>` sections and its summary); nothing in the table is typed by hand.
 LOGS = [
     ("gpu_job_h200_f2abd4a_sanitize.log", "the GPU job, sanitizers after the FP8 thin launch path"),
-    (
-        "gpu_job_h200_9a281ab.log",
-        "the GPU job, tests and sanitizers (memcheck failed the capture test: without the caching "
-        "allocator a capture's output allocation is a forbidden cudaMalloc; left out of memcheck since)",
-    ),
     ("gpu_job_h200_dea7f6e.log", "the GPU job, tests and bitwise checks"),
     ("gpu_job_h200_525d6e9.log", "the GPU job, checks only (tests, sanitizers, bitwise)"),
     ("gpu_job_h200.log", "the publishing GPU job, call 1"),
