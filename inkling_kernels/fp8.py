@@ -888,11 +888,14 @@ def _check_group_size(group_size, N: int, what: str) -> int:
 
 def _span(t: torch.Tensor) -> tuple[int, int]:
     """[first byte, last byte + 1) of the memory a tensor's elements occupy."""
+    ptr = t.data_ptr()
     if t.numel() == 0:
-        return (t.data_ptr(), t.data_ptr())
-    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
-    lo = t.data_ptr() + min(0, last) * t.element_size()
-    return lo, t.data_ptr() + (max(0, last) + 1) * t.element_size()
+        return (ptr, ptr)
+    last = 0
+    for size, stride in zip(t.shape, t.stride()):
+        last += (size - 1) * stride
+    size = t.element_size()
+    return ptr + min(0, last) * size, ptr + (max(0, last) + 1) * size
 
 
 def _self_overlapping(t: torch.Tensor) -> bool:
@@ -916,10 +919,11 @@ def _canonical_scales(scales: torch.Tensor, lead, G: int, column_major: bool) ->
     return scales.untyped_storage().nbytes() // 4 - scales.storage_offset() >= storage
 
 
-def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+def _overlaps(a: torch.Tensor, b: torch.Tensor, a_span: tuple[int, int] | None = None) -> bool:
+    """Whether the memory spans of ``a`` and ``b`` meet (``a_span``: ``_span(a)``, if known)."""
     if a.device != b.device:
         return False
-    (a0, a1), (b0, b1) = _span(a), _span(b)
+    (a0, a1), (b0, b1) = a_span or _span(a), _span(b)
     return a0 < b1 and b0 < a1
 
 
@@ -983,11 +987,16 @@ def _check_out(
         raise ValueError(f"out[1] (scales) must be {layout}, got strides {tuple(scales.stride())}")
     if _self_overlapping(scales):
         raise ValueError(f"out[1] (scales) elements overlap: strides {tuple(scales.stride())}")
-    if _overlaps(q, scales):
+    q_span, s_span = _span(q), _span(scales)  # each span once: this check runs on every call
+    if _overlaps(q, scales, q_span):
         raise ValueError("out[0] (q) and out[1] (scales) overlap in memory")
     for name, t in inputs.items():
-        if t is not None and (_overlaps(q, t) or _overlaps(scales, t)):
-            raise ValueError(f"out overlaps the input {name}")
+        if t is None:
+            continue
+        if t.device == device:
+            (t0, t1) = _span(t)
+            if (q_span[0] < t1 and t0 < q_span[1]) or (s_span[0] < t1 and t0 < s_span[1]):
+                raise ValueError(f"out overlaps the input {name}")
     return q, scales
 
 
@@ -1011,7 +1020,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         w_strides = (w.stride(0), w.stride(1)) if w.dim() == 2 else (0, w.stride(0))
     interpreted = _backend.uses_interpreter(device)
     block_m, block_g, warps = _launch_config(T, G, group_size, interpreted)
-    tiles = triton.cdiv(t_pad, block_m) * triton.cdiv(G, block_g)
+    tiles = -(-t_pad // block_m) * -(-G // block_g)  # not triton.cdiv: a JIT-decorated call costs ~5 us
     resident = _resident_programs(device, interpreted) if masked_m is not None else 0
     past = WORK_LIST_PAST if T > DECODE_ROWS else WORK_LIST_PAST_DECODE
     work_list = masked_m is not None and E * tiles > past * resident
@@ -1056,7 +1065,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         UE8M0=ue8m0,
         BLOCK_M=block_m,
         BLOCK_G=block_g,
-        E_POW2=triton.next_power_of_2(E) if work_list else 1,
+        E_POW2=1 << (E - 1).bit_length() if work_list else 1,
         WORK_LIST=work_list,
         INT64=int64,
         PAIR_WORDS=pair_words,

@@ -743,6 +743,19 @@ def test_overlapping_outputs_refused(device):
     inp = torch.randn(8, 256, device=device)  # q aliasing the input's bytes
     with pytest.raises(ValueError, match="input x"):
         fp8_group_quant(inp, out=(inp.view(F8)[:, :256], torch.empty(8, 2, device=device)))
+    # the scales aliasing each input of the fused op, and q aliasing the counts
+    gateup = torch.randn(4, 1024, device=device).to(torch.bfloat16)  # N = 512: 4 groups a row
+    q = torch.empty(4, 512, dtype=F8, device=device)
+    with pytest.raises(ValueError, match="input gateup"):
+        silu_and_mul_fp8_group_quant(gateup, out=(q, gateup.view(torch.float32)[:, :4]))
+    buf = torch.rand(20, device=device)
+    with pytest.raises(ValueError, match="input topk_weights"):
+        silu_and_mul_fp8_group_quant(gateup, buf[:4], out=(q, buf[2:18].view(4, 4)))
+    gate3 = torch.randn(2, 4, 1024, device=device).to(torch.bfloat16)
+    raw = torch.zeros(2 * 4 * 512, dtype=torch.uint8, device=device)
+    q3, counts = raw.view(F8).view(2, 4, 512), raw[4088:4096].view(torch.int32)  # the counts inside q
+    with pytest.raises(ValueError, match="input masked_m"):
+        silu_and_mul_fp8_group_quant(gate3, masked_m=counts, out=(q3, torch.empty(2, 4, 4, device=device)))
 
 
 def test_requires_grad_refused_under_grad_mode(device):
