@@ -500,10 +500,11 @@ def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
         assert kw["WARP_REDUX"] is want, (N, group)
 
 
-def test_fp8_launch_key_covers_every_constexpr_and_specialization():
+def test_fp8_launch_key_covers_every_constexpr_and_specialization(monkeypatch):
     """The thin launch path's key (``fp8._launch_key``): the device, the launch options, every
     constexpr of the kernel in its order, and what Triton specializes on of each runtime argument;
     a change to any of them is a new key (a new compiled program), nothing else is."""
+    from inkling_kernels import _backend
     from inkling_kernels import fp8 as fp8_mod
 
     assert fp8_mod._CONSTEXPRS == tuple(p.name for p in fp8_mod._fp8_group_kernel.params if p.is_constexpr)
@@ -527,6 +528,21 @@ def test_fp8_launch_key_covers_every_constexpr_and_specialization():
         fp8_mod._launch_key(0, (args[0].float(), *args[1:]), consts, 4, True)[0],  # a dtype
     ]
     assert len({key, *changed}) == len(changed) + 1
+    # what a compiled launch passes: the constexprs and exactly the two launch options the thin
+    # launcher forwards (num_warps, launch_pdl, named even when off: the occupancy warmup then
+    # compiles the same program), nothing it would drop
+    seen = []
+    monkeypatch.setattr(fp8_mod, "_launch_kernel", lambda grid, device, interpreted, a, kw: seen.append(kw))
+    monkeypatch.setattr(_backend, "uses_interpreter", lambda device: False)
+    monkeypatch.setattr(fp8_mod, "_resident_programs", lambda device, interpreted: 4)  # the work list
+    monkeypatch.setattr(fp8_mod, "_programs_an_sm", lambda *a: 10)
+    flags = dict.fromkeys(("HW", "FTZ_EXP", "BF16_BITS", "FAST_SCALE", "WARP_REDUX"), False) | {"DIV": 0}
+    monkeypatch.setattr(fp8_mod, "_kernel_flags", lambda *a: dict(flags))
+    for pdl in (False, True):
+        gateup, counts = torch.randn(2, 9, 512).bfloat16(), torch.tensor([9, 1], dtype=torch.int32)
+        silu_and_mul_fp8_group_quant(gateup, masked_m=counts, enable_pdl=pdl)  # stubbed: never launched
+    for kw, pdl in zip(seen, (False, True), strict=True):
+        assert set(kw) == {*fp8_mod._CONSTEXPRS, "num_warps", "launch_pdl"} and kw["launch_pdl"] is pdl
 
 
 @gpu_only
