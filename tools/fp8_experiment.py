@@ -759,6 +759,26 @@ def masked_u() -> list[dict]:
 # work list's program held to 40 or 32 registers (ptxas ``maxnreg``) for 12 or 16 programs an SM.
 
 
+# Experiment W: the work list over smaller tiles (1024 elements, 2 or 4 warps, forced on at every
+# T) against the launch as it is: more, shorter items on a grid of what the GPU holds of the smaller
+# program, so that the last round of items is a smaller share of the call (every expert full at
+# T = 256, N = 3072 runs 3072 items on 1320 programs, the last round a third full).
+W_VARIANTS = {
+    "launched": {},
+    "wl_1024/2w": {"tile": (1024, 2), "WORK_LIST_PAST": 0},
+    "wl_1024/4w": {"tile": (1024, 4), "WORK_LIST_PAST": 0},
+}
+
+
+def masked_w() -> list[dict]:
+    ragged = tuple(fp8_bench.MASKED_COUNTS)
+    rows = _masked_variant_rows(256, ragged, (sum(ragged), 2048), W_VARIANTS, "W, T = 256")
+    big = tuple(8 * c for c in ragged)
+    rows += _masked_variant_rows(2048, big, (sum(big),), W_VARIANTS, "W, T = 2048 x 8")
+    rows += _masked_variant_rows(2048, ragged, (sum(ragged),), W_VARIANTS, "W, T = 2048, 921 rows")
+    return rows
+
+
 def _masked_host() -> list[dict]:
     """Host us per call (``hostbench._per_call_us``: back-to-back eager calls, outputs preallocated,
     PDL on) of the fused op: masked on the work list (T = 2048), masked on the tile slots (T = 256,
@@ -864,6 +884,7 @@ def main(argv: list[str]) -> int:
                 "masked_r": masked_r,
                 "masked_t": masked_t,
                 "masked_u": masked_u,
+                "masked_w": masked_w,
                 "masked_host": _masked_host,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
