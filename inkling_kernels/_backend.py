@@ -321,21 +321,9 @@ class CudaLauncher:
             launch, function, packed_metadata, coop = entry
             stream = _get_raw_stream(device_index)
             launch(
-                grid0,
-                grid1,
-                1,
-                stream,
-                function,
-                coop,
-                launch_pdl,
-                None,
-                None,
-                packed_metadata,
-                None,
-                None,
-                None,
-                *args,
-            )  # noqa: E501
+                grid0, grid1, 1, stream, function, coop, launch_pdl,
+                None, None, packed_metadata, None, None, None, *args,
+            )  # fmt: skip
             return
         self._first_launch(key, grid0, grid1, device_index, args, num_warps, launch_pdl)
 

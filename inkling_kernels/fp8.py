@@ -919,12 +919,9 @@ def _canonical_scales(scales: torch.Tensor, lead, G: int, column_major: bool) ->
     return scales.untyped_storage().nbytes() // 4 - scales.storage_offset() >= storage
 
 
-def _overlaps(a: torch.Tensor, b: torch.Tensor, a_span: tuple[int, int] | None = None) -> bool:
-    """Whether the memory spans of ``a`` and ``b`` meet (``a_span``: ``_span(a)``, if known)."""
-    if a.device != b.device:
-        return False
-    (a0, a1), (b0, b1) = a_span or _span(a), _span(b)
-    return a0 < b1 and b0 < a1
+def _meet(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether two memory spans (``_span``, on one device) share a byte."""
+    return a[0] < b[1] and b[0] < a[1]
 
 
 def _scale_shape(lead: tuple[int, ...], G: int, column_major: bool) -> tuple[tuple[int, ...], tuple[int, ...], int]:
@@ -988,14 +985,12 @@ def _check_out(
     if _self_overlapping(scales):
         raise ValueError(f"out[1] (scales) elements overlap: strides {tuple(scales.stride())}")
     q_span, s_span = _span(q), _span(scales)  # each span once: this check runs on every call
-    if _overlaps(q, scales, q_span):
+    if _meet(q_span, s_span):
         raise ValueError("out[0] (q) and out[1] (scales) overlap in memory")
     for name, t in inputs.items():
-        if t is None:
-            continue
-        if t.device == device:
-            (t0, t1) = _span(t)
-            if (q_span[0] < t1 and t0 < q_span[1]) or (s_span[0] < t1 and t0 < s_span[1]):
+        if t is not None and t.device == device:
+            t_span = _span(t)
+            if _meet(q_span, t_span) or _meet(s_span, t_span):
                 raise ValueError(f"out overlaps the input {name}")
     return q, scales
 
