@@ -682,6 +682,7 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
 WORK_LIST_PAST = 1
 WORK_LIST_PAST_DECODE = 4  # decode tiles (one row, <= 512 elements): the threshold of experiment H, not remeasured
 WORK_LIST_PER_SM = 16
+WORK_LIST_ELEMS = 2048  # elements a work-list item past decode (compiled), 4 warps
 
 
 def _resident_programs(device: torch.device, interpreted: bool) -> int:
@@ -1019,6 +1020,9 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
     resident = _resident_programs(device, interpreted) if masked_m is not None else 0
     past = WORK_LIST_PAST if T > DECODE_ROWS else WORK_LIST_PAST_DECODE
     work_list = masked_m is not None and E * tiles > past * resident
+    if work_list and T > DECODE_ROWS and not interpreted:
+        # the work list's items: WORK_LIST_ELEMS elements (rows x the same groups as the slots)
+        block_m = max(block_m, WORK_LIST_ELEMS // (block_g * group_size))
     grid = (tiles, E)
     s_extent = sum((n - 1) * st for n, st in zip((E, t_pad, G), s_strides, strict=True)) + 1
     int64 = (

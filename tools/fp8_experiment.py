@@ -779,6 +779,29 @@ def masked_w() -> list[dict]:
     return rows
 
 
+# Experiment X: the work list's items at 4096 elements (4 warps: 32 a thread, 64 registers, 8
+# programs an SM; ``WORK_LIST_ELEMS``) against 2048 (16 a thread, 48 registers, 10 an SM), where the
+# launch takes the work list; and the 4096-element work list forced at T = 256, N = 1536 (launched
+# one program a slot there). An SM holds 32K elements of the larger items against 20K, and every
+# expert full at T = 256, N = 3072 is 1536 items on 1056 programs instead of 3072 on 1320.
+X_VARIANTS = {
+    "launched": {},
+    "wl_4096": {"WORK_LIST_ELEMS": 4096},
+    "wl_4096_forced": {"WORK_LIST_ELEMS": 4096, "WORK_LIST_PAST": 0},
+}
+
+
+def masked_x() -> list[dict]:
+    ragged = tuple(fp8_bench.MASKED_COUNTS)
+    rows = _masked_variant_rows(256, ragged, (sum(ragged), 2048), X_VARIANTS, "X, T = 256")
+    two = {k: X_VARIANTS[k] for k in ("launched", "wl_4096")}
+    for T in (512, 1024, 2048):
+        rows += _masked_variant_rows(T, ragged, (sum(ragged),), two, f"X, T = {T}, 921 rows")
+    big = tuple(8 * c for c in ragged)
+    rows += _masked_variant_rows(2048, big, (sum(big),), two, "X, T = 2048 x 8")
+    return rows
+
+
 def _masked_host() -> list[dict]:
     """Host us per call (``hostbench._per_call_us``: back-to-back eager calls, outputs preallocated,
     PDL on) of the fused op: masked on the work list (T = 2048), masked on the tile slots (T = 256,
@@ -885,6 +908,7 @@ def main(argv: list[str]) -> int:
                 "masked_t": masked_t,
                 "masked_u": masked_u,
                 "masked_w": masked_w,
+                "masked_x": masked_x,
                 "masked_host": _masked_host,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
