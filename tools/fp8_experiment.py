@@ -784,6 +784,7 @@ def masked_w() -> list[dict]:
 # launch takes the work list; and the 4096-element work list forced at T = 256, N = 1536 (launched
 # one program a slot there). An SM holds 32K elements of the larger items against 20K, and every
 # expert full at T = 256, N = 3072 is 1536 items on 1056 programs instead of 3072 on 1320.
+# (5a7a749; the knob was removed after it, its step needs that commit's package)
 X_VARIANTS = {
     "launched": {},
     "wl_4096": {"WORK_LIST_ELEMS": 4096},
@@ -799,6 +800,72 @@ def masked_x() -> list[dict]:
         rows += _masked_variant_rows(T, ragged, (sum(ragged),), two, f"X, T = {T}, 921 rows")
     big = tuple(8 * c for c in ragged)
     rows += _masked_variant_rows(2048, big, (sum(big),), two, "X, T = 2048 x 8")
+    return rows
+
+
+# Experiment Y (after X lost): the work list with its items past the first round drawn from a
+# counter in device memory (``WORK_LIST_DYNAMIC``), so that programs that start late (an SM starts
+# its programs about 160 ns apart: experiment M) or run slow take fewer items. 1: the next item is
+# drawn once the tile's loads are issued (64 registers, 8 programs an SM); 2: after its stores (55,
+# 9 an SM). Before timing, every variant's rows present are checked bit for bit against a launch
+# without the counter over 20 eager calls and 20 graph replays in a row, outputs poisoned before each
+# (a counter not zeroed by the launch before would skip items), and the counter read back as 0.
+Y_VARIANTS = {"launched": {}, "dyn_loads": {"WORK_LIST_DYNAMIC": 1}, "dyn_stores": {"WORK_LIST_DYNAMIC": 2}}
+
+
+def _dynamic_replays(T: int, N: int, counts: tuple, variant: dict) -> int:
+    """Calls (eager, then graph replays) whose rows present matched the static work list's."""
+    from inkling_kernels.fp8 import empty_scales
+
+    op = fp8_mod.silu_and_mul_fp8_group_quant
+    E = len(counts)
+    m = torch.tensor(counts, dtype=torch.int32, device="cuda")
+    present = torch.arange(T, device="cuda")[None, :] < m[:, None]
+    gateup = torch.randn((E, T, 2 * N), device="cuda").bfloat16()
+    q = torch.empty((E, T, N), dtype=torch.float8_e4m3fn, device="cuda")
+    s = empty_scales((E, T), N // 128, False, "cuda")
+    rq, rs = _masked_variant({"WORK_LIST_PAST": 0}, lambda: op(gateup, masked_m=m, interleaved=False))()
+    call = _masked_variant(
+        dict(variant, WORK_LIST_PAST=0), lambda: op(gateup, masked_m=m, out=(q, s), interleaved=False)
+    )
+
+    def same() -> bool:
+        torch.cuda.synchronize()
+        return bits_equal(q[present], rq[present]) and bits_equal(s[present], rs[present])
+
+    good = 0
+    for _ in range(20):
+        q.view(torch.uint8).fill_(0x7F)
+        s.fill_(float("nan"))
+        call()
+        good += same()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    for _ in range(20):
+        q.view(torch.uint8).fill_(0x7F)
+        s.fill_(float("nan"))
+        graph.replay()
+        good += same()
+    ws = fp8_mod._WORKSPACE[torch.device("cuda", torch.cuda.current_device())]
+    assert int(ws[0]) == 0, int(ws[0])
+    return good
+
+
+def masked_y() -> list[dict]:
+    ragged = tuple(fp8_bench.MASKED_COUNTS)
+    checks = {}
+    for name in ("dyn_loads", "dyn_stores"):
+        for T, N, counts in ((256, 3072, (256,) * 8), (256, 3072, ragged), (2048, 1536, tuple(8 * c for c in ragged))):
+            good = _dynamic_replays(T, N, counts, Y_VARIANTS[name])
+            assert good == 40, (name, T, N, counts, good)
+            checks[f"{name}_T{T}_N{N}_{sum(counts)}"] = good
+    rows = [{"replays_bitwise_equal_of_40": checks}]
+    rows += _masked_variant_rows(256, ragged, (sum(ragged), 2048), Y_VARIANTS, "Y, T = 256")
+    for T in (512, 2048):
+        rows += _masked_variant_rows(T, ragged, (sum(ragged),), Y_VARIANTS, f"Y, T = {T}, 921 rows")
+    big = tuple(8 * c for c in ragged)
+    rows += _masked_variant_rows(2048, big, (sum(big),), Y_VARIANTS, "Y, T = 2048 x 8")
     return rows
 
 
@@ -909,6 +976,7 @@ def main(argv: list[str]) -> int:
                 "masked_u": masked_u,
                 "masked_w": masked_w,
                 "masked_x": masked_x,
+                "masked_y": masked_y,
                 "masked_host": _masked_host,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
