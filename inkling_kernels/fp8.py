@@ -437,12 +437,8 @@ def _fp8_group_tile(
     BF16_BITS: tl.constexpr,
     FAST_SCALE: tl.constexpr,
     WARP_REDUX: tl.constexpr,
-    ws_ptr,
-    DRAW: tl.constexpr,
 ):
-    """One ``[BLOCK_M rows, BLOCK_G groups]`` tile of :func:`_fp8_group_kernel`. ``DRAW``: returns
-    the dynamic work list's counter at ``ws_ptr`` before adding 1 to it, drawn once the tile's
-    loads are issued (1: so its latency overlaps theirs) or after its stores (2); else 0."""
+    """One ``[BLOCK_M rows, BLOCK_G groups]`` tile of :func:`_fp8_group_kernel`."""
     G: tl.constexpr = N // GROUP
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     if INT64:
@@ -457,11 +453,8 @@ def _fp8_group_tile(
     row_off = e * stride_xe + rows[:, None, None] * stride_xm
 
     # 1. The activation as stored: x itself, or silu(gate) * up [* w] rounded to the storage dtype.
-    nxt = 0
     if ACT == 0:
         y = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0).to(tl.float32)
-        if DRAW == 1:
-            nxt = tl.atomic_add(ws_ptr, 1, sem="relaxed")
     else:
         if ACT == 1 and PAIR_WORDS:
             # 16-bit gate/up pairs read as one 32-bit word each (little-endian: gate in the low
@@ -488,12 +481,9 @@ def _fp8_group_tile(
         else:
             gate = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0)
             up = tl.load(x_ptr + row_off + N + cols, mask=mask, other=0.0)
-        if HAS_WEIGHT:
-            w = tl.load(w_ptr + e * stride_we + rows * stride_wm, mask=valid, other=0.0, eviction_policy="evict_last")
-        if DRAW == 1:
-            nxt = tl.atomic_add(ws_ptr, 1, sem="relaxed")
         a = _silu_mul(gate, up, FTZ_EXP)
         if HAS_WEIGHT:
+            w = tl.load(w_ptr + e * stride_we + rows * stride_wm, mask=valid, other=0.0, eviction_policy="evict_last")
             a = a * w.to(tl.float32)[:, None, None]
         if BF16_BITS:
             y = _bf16_round(a)
@@ -546,9 +536,6 @@ def _fp8_group_tile(
     s = tl.where(valid[:, None], s, 0.0)
     s_off = e * stride_se + rows[:, None] * stride_sm + g[None, :] * stride_sg
     tl.store(s_ptr + s_off, s, mask=(valid | pad)[:, None] & g_ok[None, :])
-    if DRAW == 2:
-        nxt = tl.atomic_add(ws_ptr, 1, sem="relaxed")
-    return nxt
 
 
 @triton.jit(do_not_specialize=["T", "T_PAD", "E"])
@@ -570,7 +557,6 @@ def _fp8_group_kernel(
     stride_sm,
     stride_sg,
     E,  # experts (HAS_MASK; else 1)
-    ws_ptr,  # DYNAMIC: int32[1], zero between launches: the items drawn past the first round
     N: tl.constexpr,  # activation width, a multiple of GROUP
     GROUP: tl.constexpr,  # group size, a power of two
     ACT: tl.constexpr,
@@ -581,7 +567,6 @@ def _fp8_group_kernel(
     BLOCK_G: tl.constexpr,  # groups a program
     E_POW2: tl.constexpr,  # HAS_MASK: next power of two >= E
     WORK_LIST: tl.constexpr,  # HAS_MASK: a grid-sized work list instead of a program per tile slot
-    DYNAMIC: tl.constexpr,  # WORK_LIST: items past the first round drawn from a counter (ws_ptr); 0: none
     INT64: tl.constexpr,
     USE_PDL: tl.constexpr,
     HW: tl.constexpr,  # compiled on sm_89+: hardware e4m3 conversion and fp32 max; else integer ops
@@ -612,8 +597,6 @@ def _fp8_group_kernel(
         tiles = (rt + extra) * G_TILES
         ends = tl.cumsum(tiles, 0)
         total = tl.sum(tiles, 0)
-        # the first items are the programs' own; DYNAMIC: the next ones are drawn from a counter
-        # (past the grid's first round), so programs that start late or run slow take fewer
         t = tl.program_id(0)
         while t < total:  # a while loop: the interpreter cannot take tensor range bounds
             e = tl.sum((ends <= t).to(tl.int32), 0)
@@ -622,22 +605,14 @@ def _fp8_group_kernel(
             j = local // G_TILES
             rt_e = tl.sum(tl.where(sel, rt, 0), 0)
             pid_m = tl.where(j < rt_e, j, tl.maximum(rt_e, pad_lo) + (j - rt_e))
-            nxt = _fp8_group_tile(
+            _fp8_group_tile(
                 e, pid_m, local % G_TILES, tl.sum(tl.where(sel, cnt, 0), 0),
                 x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
                 stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
                 N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
-                FAST_SCALE, WARP_REDUX, ws_ptr, DYNAMIC,
+                FAST_SCALE, WARP_REDUX,
             )  # fmt: skip
-            if DYNAMIC:
-                # each item done draws once, so the draws return 0, 1, ..., total - 1: the one
-                # that returns total - 1 is the launch's last, and its program zeroes the counter
-                # for the next launch (a graph replay included)
-                if nxt == total - 1:
-                    tl.store(ws_ptr, 0)
-                t = tl.num_programs(0) + nxt
-            else:
-                t += tl.num_programs(0)
+            t += tl.num_programs(0)
     else:
         # one program per tile slot; masked, a program whose rows are all absent (and hold no
         # padding scale row) returns at once: cheaper than the work list until the slots are
@@ -656,7 +631,7 @@ def _fp8_group_kernel(
                 x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
                 stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
                 N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
-                FAST_SCALE, WARP_REDUX, ws_ptr, 0,
+                FAST_SCALE, WARP_REDUX,
             )  # fmt: skip
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -707,16 +682,6 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
 WORK_LIST_PAST = 1
 WORK_LIST_PAST_DECODE = 4  # decode tiles (one row, <= 512 elements): the threshold of experiment H, not remeasured
 WORK_LIST_PER_SM = 16
-WORK_LIST_DYNAMIC = 0  # the work list's items drawn from a counter in device memory (experiment Y; 1, 2: where)
-_WORKSPACE: dict = {}
-
-
-def _workspace(device: torch.device) -> torch.Tensor:
-    """The dynamic work list's counter on ``device`` (int32[1], zero between launches)."""
-    ws = _WORKSPACE.get(device)
-    if ws is None:
-        ws = _WORKSPACE[device] = torch.zeros(1, dtype=torch.int32, device=device)
-    return ws
 
 
 def _resident_programs(device: torch.device, interpreted: bool) -> int:
@@ -1054,7 +1019,6 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
     resident = _resident_programs(device, interpreted) if masked_m is not None else 0
     past = WORK_LIST_PAST if T > DECODE_ROWS else WORK_LIST_PAST_DECODE
     work_list = masked_m is not None and E * tiles > past * resident
-    dynamic = WORK_LIST_DYNAMIC if work_list else 0
     grid = (tiles, E)
     s_extent = sum((n - 1) * st for n, st in zip((E, t_pad, G), s_strides, strict=True)) + 1
     int64 = (
@@ -1088,7 +1052,6 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         w_strides[1],
         *s_strides,
         E,
-        _workspace(device) if dynamic else x3,
     )
     consts = dict(
         N=N,
@@ -1101,7 +1064,6 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         BLOCK_G=block_g,
         E_POW2=1 << (E - 1).bit_length() if work_list else 1,
         WORK_LIST=work_list,
-        DYNAMIC=dynamic,
         INT64=int64,
         PAIR_WORDS=pair_words,
         USE_PDL=enable_pdl,

@@ -803,7 +803,8 @@ def masked_x() -> list[dict]:
     return rows
 
 
-# Experiment Y (after X lost): the work list with its items past the first round drawn from a
+# Experiment Y (5c412f1; the counter was removed after it, the step needs that commit's package):
+# the work list with its items past the first round drawn from a
 # counter in device memory (``WORK_LIST_DYNAMIC``), so that programs that start late (an SM starts
 # its programs about 160 ns apart: experiment M) or run slow take fewer items. 1: the next item is
 # drawn once the tile's loads are issued (64 registers, 8 programs an SM); 2: after its stores (55,
