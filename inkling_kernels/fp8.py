@@ -678,7 +678,9 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
 # Experiments L, M, N and Q (data/tuning_log.md) tried launching fewer programs at T = 256: a row
 # loop an expert, smaller work-list grids, loads issued a tile ahead by hand and by Triton's
 # pipeliner, larger programs, the slots in row order across the experts; each lost where the rows
-# are present.
+# are present. Experiments V, W, X and Y: fewer registers, items of 1024 and 4096 elements, items
+# past the first round drawn from a counter in device memory; none gained 5% on full experts
+# without losing elsewhere.
 WORK_LIST_PAST = 1
 WORK_LIST_PAST_DECODE = 4  # decode tiles (one row, <= 512 elements): the threshold of experiment H, not remeasured
 WORK_LIST_PER_SM = 16
