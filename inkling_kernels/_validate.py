@@ -40,12 +40,14 @@ def check_row_major(name: str, t: torch.Tensor) -> None:
 
 
 def check_offsets(name: str, offsets, device: torch.device) -> torch.Tensor:
+    """The offsets checked, at unit stride (the kernels read them so)."""
     check_tensor(name, offsets, ndim=1, dtypes=(torch.int32, torch.int64))
     if offsets.device != device:
         raise ValueError(f"{name} is on {offsets.device}, expected {device}")
     if offsets.numel() < 2:
         raise ValueError(f"{name} must have E+1 >= 2 entries, got {offsets.numel()}")
-    return offsets
+    # the kernels read the offsets at unit stride: a strided view (a slice) is copied first
+    return offsets.contiguous()
 
 
 def _byte_span(t: torch.Tensor) -> tuple[int, int, int, int]:

@@ -1238,6 +1238,7 @@ def silu_and_mul_fp8_group_quant(
             raise ValueError(
                 f"masked_m must have shape ({lead[0]},) (one count per expert), got {tuple(masked_m.shape)}"
             )
+        masked_m = masked_m.contiguous()  # the kernel reads the counts at unit stride: a slice is copied
     _check_inputs_no_grad(gateup=gateup, topk_weights=topk_weights)
     if out is not None:
         inputs = {"gateup": gateup, "topk_weights": topk_weights, "masked_m": masked_m}

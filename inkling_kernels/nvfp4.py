@@ -359,13 +359,13 @@ def _launch_quant(
     if expert_offsets is None:
         # [0, M] built on the device (a kernel, not a host-to-device copy: capturable)
         expert_offsets = torch.arange(2, dtype=torch.int64, device=device) * M
-    check_offsets("expert_offsets", expert_offsets, device)
+    expert_offsets = check_offsets("expert_offsets", expert_offsets, device)
     E = expert_offsets.numel() - 1
     gs = _check_global_scale(global_scale, E, device)
     if swizzle:
         if blockscale_offsets is None:
             blockscale_offsets = default_blockscale_offsets(expert_offsets)
-        check_offsets("blockscale_offsets", blockscale_offsets, device)
+        blockscale_offsets = check_offsets("blockscale_offsets", blockscale_offsets, device)
         if blockscale_offsets.numel() != E + 1:
             raise ValueError(
                 f"blockscale_offsets must have E+1={E + 1} entries like expert_offsets, "

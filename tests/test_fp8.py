@@ -322,6 +322,29 @@ def test_masked_m_clamped_and_int64(gen, device):
         assert bool((_bytes(q)[1] == POISON_Q).all()) and bool(torch.isnan(s.cpu()[2, 4:]).all())
 
 
+def test_masked_m_strided_view_reads_its_own_counts(gen, device):
+    """A strided masked_m (a slice of a wider tensor) gives what its contiguous copy gives: the
+    kernel reads the counts at unit stride, so the op copies a strided view first (before the fix
+    the kernel read the wider tensor's neighbouring elements as counts)."""
+    E, T, N = 4, 8, 128
+    gateup = randn((E, T, 2 * N), torch.bfloat16, gen, device)
+    wide = torch.tensor([8, 99, 0, 99, 3, 99, 5, 99], dtype=torch.int32, device=device)
+    masked = wide[::2]
+    assert masked.stride() == (2,)
+    present = torch.arange(T)[None, :] < masked.cpu()[:, None]
+    for column_major in (False, True):
+        got = silu_and_mul_fp8_group_quant(
+            gateup, masked_m=masked, column_major_scales=column_major,
+            out=_poisoned_out((E, T), N, 1, column_major, device),
+        )  # fmt: skip
+        want = silu_and_mul_fp8_group_quant(
+            gateup, masked_m=masked.contiguous(), column_major_scales=column_major,
+            out=_poisoned_out((E, T), N, 1, column_major, device),
+        )  # fmt: skip
+        assert bits_equal(got[0], want[0]) and bits_equal(got[1], want[1])
+        assert bool((_bytes(got[0])[~present] == POISON_Q).all()) and bool((_bytes(got[0])[present] != POISON_Q).any())
+
+
 def test_masked_rows_skipped_and_padding_zeroed(gen, device):
     """Tiles whose rows are all past masked_m are never visited (time follows the rows present),
     except those holding padding rows of a column-major scale buffer (T = 10 pads to 12): those

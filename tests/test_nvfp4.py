@@ -336,6 +336,26 @@ def test_kernel_e2m1_rounding_on_exact_ties(device):
     assert torch.equal(p.cpu(), (codes[:, 0::2] | (codes[:, 1::2] << 4)))
 
 
+def test_strided_offsets_read_as_their_own_values(gen, device):
+    """Strided expert and blockscale offsets (slices of wider tensors) give what their contiguous
+    copies give: the kernels read offsets at unit stride, so the ops copy a strided view first."""
+    M, N = 16, 64
+    gateup = randn((M, 2 * N), torch.bfloat16, gen, device, scale=2.0)
+    gs = torch.tensor([100.0, 200.0], device=device)
+    eo = torch.tensor([0, 99, 5, 99, 16, 99], dtype=torch.int32, device=device)[::2]
+    bo = torch.tensor([0, -7, 128, -7, 256, -7], dtype=torch.int32, device=device)[::2]
+    assert eo.stride() == (2,) and bo.stride() == (2,)
+    for blockscale in (None, bo):
+        got = silu_and_mul_nvfp4_quant(gateup, gs, eo, blockscale, interleaved=False)
+        want = silu_and_mul_nvfp4_quant(
+            gateup, gs, eo.contiguous(), None if blockscale is None else bo.contiguous(), interleaved=False
+        )
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    got = nvfp4_quant(gateup[:, :N].contiguous(), gs, expert_offsets=eo, swizzle=False)
+    want = nvfp4_quant(gateup[:, :N].contiguous(), gs, expert_offsets=eo.contiguous(), swizzle=False)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
 def test_unvalidated_offsets_stay_in_bounds(gen, device):
     """With out given, offsets are not read on the host by default (capturable); offsets that
     point past M must then not make the kernel touch rows outside [0, M): rows it would map
