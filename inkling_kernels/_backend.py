@@ -345,6 +345,22 @@ class CudaLauncher:
             coop = launcher.launch_cooperative_grid
             self._cache[key] = (launcher.launch, compiled.function, compiled.packed_metadata, coop)
 
+    def launch_cached(self, key, grid0: int, device_index: int, args: tuple, launch_pdl: bool, grid1: int = 1) -> bool:
+        """The launch of ``__call__`` for a key already compiled and cached, else nothing: True
+        once launched; False (nothing launched, nothing compiled) when ``key`` has no cached
+        launcher, a launch hook is set or ``device_index`` is not the current device. Its
+        ``args`` reach only the C launcher, which reads a tensor's ``data_ptr()``: a caller may
+        pass a tensor of another dtype at the same address than the one the key was compiled for."""
+        entry = self._cache.get(key)
+        if entry is None or not _no_launch_hooks() or _get_device() != device_index:
+            return False
+        launch, function, packed_metadata, coop = entry
+        launch(
+            grid0, grid1, 1, _get_raw_stream(device_index), function, coop, launch_pdl,
+            None, None, packed_metadata, None, None, None, *args,
+        )  # fmt: skip
+        return True
+
     def cached_keys(self) -> list:
         return list(self._cache)
 

@@ -997,7 +997,7 @@ def _check_out(
     return q, scales
 
 
-def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, out, enable_pdl):
+def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, out, enable_pdl, plan_key=None):
     device = src.device
     E, T = (1, lead[0]) if len(lead) == 1 else lead
     if out is None:
@@ -1079,21 +1079,28 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         # T = 2048 an empty call drops from 8.3 us, one program a slot, to 2.6; experiments G, H, Q, R)
         sms = max(1, resident // 16)
         grid = (max(1, sms * min(WORK_LIST_PER_SM, _programs_an_sm(device, interpreted, args, consts))), 1)
-    _launch_kernel(grid, device, interpreted, args, consts)
+    launched = _launch_kernel(grid, device, interpreted, args, consts)
+    if plan_key is not None and launched is not None:
+        # the hot path's plan for this call's metadata (``_fast_launch``): the same launch
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[plan_key] = (*launched, grid[0], grid[1], consts["num_warps"])
     return q, scales
 
 
-def _launch_kernel(grid: tuple[int, int], device: torch.device, interpreted: bool, args: tuple, consts: dict) -> None:
+def _launch_kernel(grid: tuple[int, int], device: torch.device, interpreted: bool, args: tuple, consts: dict):
     """One launch of ``_fp8_group_kernel``: interpreted on CPU tensors; compiled through the cached
     thin path (``_backend.CudaLauncher``: no ``JITFunction.run`` binding of 17 arguments and 19
-    constexprs a call) on CUDA ones. ``consts``: the constexprs and the launch options."""
+    constexprs a call) on CUDA ones. ``consts``: the constexprs and the launch options. Returns
+    (the thin launcher's key, the constexpr values) of a compiled launch, None interpreted."""
     if interpreted:
         _backend.launch(_fp8_group_kernel, grid, device, *args, **consts)
-        return
+        return None
     index = _backend.cuda_index(device)
     warps, pdl = consts["num_warps"], consts["USE_PDL"]
     key, values = _launch_key(index, args, consts, warps, pdl)
     _LAUNCHER(key, grid[0], index, (*args, *values), warps, pdl, grid[1])
+    return key, values
 
 
 #: the constexprs of ``_fp8_group_kernel``, in its order
@@ -1109,6 +1116,155 @@ def _launch_key(index: int, args: tuple, consts: dict, warps: int, pdl: bool) ->
     16-byte alignment of each pointer; width, == 1 and % 16 of each integer)."""
     values = tuple(consts[name] for name in _CONSTEXPRS)
     return (index, warps, pdl, values, *map(_backend.arg_spec, args)), values
+
+
+# ---------------------------------------------------------------------------------------------
+# the hot path of a CUDA call (as ``silu_and_mul``'s ``_fast_cuda``)
+
+_Tensor = torch.Tensor
+_ELEMENT_SIZE = {torch.bfloat16: 2, torch.float16: 2, torch.float32: 4}
+_COUNT_SIZE = {torch.int32: 4, torch.int64: 8}
+#: plan key (``_fast_launch``) -> (thin launcher key, constexpr values, grid0, grid1, num_warps) of the
+#: launch the general path made for a call with that metadata
+_PLANS: dict = {}
+_PLANS_MAX = 4096  # distinct call shapes kept (a server sees one per batch size); then cleared
+
+
+def _fast_launch(src, act, w, masked_m, group_size, ue8m0, column_major, out, enable_pdl):
+    """The hot path of a compiled call: :func:`_fast_checks` and, when the general path has already
+    launched a call with the same metadata (``_PLANS``), the same launch straight through the thin
+    launcher. Returns ``(q, scales)`` once launched; ``(None, plan key, out)`` when the call is
+    usual but has no plan yet (the general path then launches it and records the plan; ``out``:
+    the outputs allocated here, or the caller's); ``None`` when the checks say unusual or the
+    interpreter is forced on CUDA."""
+    if src.__class__ is not _Tensor or not src.is_cuda or _backend.interpret_env():
+        return None
+    checked = _fast_checks(src, act, w, masked_m, group_size, ue8m0, column_major, out, enable_pdl)
+    if checked is None:
+        return None
+    key, args, q, scales = checked
+    dev = key[0]
+    pdl = _backend.pdl_default_index(dev) if enable_pdl is None else enable_pdl
+    key = (*key, pdl)
+    plan = _PLANS.get(key)
+    if plan is None:
+        return None, key, (q, scales)
+    launcher_key, values, grid0, grid1, _ = plan
+    if not _LAUNCHER.launch_cached(launcher_key, grid0, dev, (*args, *values), pdl, grid1):
+        return None, key, (q, scales)
+    return q, scales
+
+
+def _fast_checks(src, act, w, masked_m, group_size, ue8m0, column_major, out, enable_pdl):
+    """The general path's checks on a usual call, with as few tensor attribute reads as possible:
+    ``(plan key without PDL, the kernel's runtime arguments, q, scales)``, or ``None`` whenever
+    anything is unusual (a failed check, a tensor subclass, an output layout other than the one the
+    op allocates, overlapping buffers, a strided ``masked_m``, an empty tensor), so that the
+    general path handles the call or raises its precise error. It never accepts a call that the
+    general path refuses (``test_fp8_hot_path_checks_accept_only_what_the_general_path_accepts``),
+    and the plan key holds all the metadata the launch depends on: shapes, strides, dtypes, the
+    16-byte alignment class of every pointer, the options. The runtime arguments pass ``src`` and
+    ``q`` where the general path passes ``src.unsqueeze(0)`` and ``q``'s uint8 view: the same
+    addresses, which is all the C launcher reads of them. Any device: the caller checks CUDA."""
+    if ue8m0.__class__ is not bool or column_major.__class__ is not bool or group_size.__class__ is not int:
+        return None
+    if enable_pdl is not None and enable_pdl.__class__ is not bool:
+        return None
+    dtype = src.dtype
+    el = _ELEMENT_SIZE.get(dtype)
+    if el is None:
+        return None
+    shape = src.shape
+    nd = len(shape)
+    if nd == 2:
+        T, width = shape
+        E = 1
+        sm, s1 = src.stride()
+        se = T * sm  # what ``unsqueeze(0)`` gives the general path
+    elif nd == 3:
+        E, T, width = shape
+        se, sm, s1 = src.stride()
+    else:
+        return None
+    if E == 0 or T == 0:
+        return None
+    N = width >> 1 if act else width
+    if (act and width & 1) or N == 0 or group_size not in GROUP_SIZES or N % group_size:
+        return None
+    if (width > 1 and s1 != 1) or (T > 1 and sm < width) or (E > 1 and se < T * sm):
+        return None
+    dev, cuda = src.get_device(), src.is_cuda  # every tensor: on src's device (type and index)
+    grad = torch.is_grad_enabled()
+    if grad and src.requires_grad:
+        return None
+    lo = src.data_ptr()
+    spans = [(lo, lo + ((E - 1) * se + (T - 1) * sm + width) * el)]
+    lead = shape[:-1]
+    w_meta = None
+    we, wm = 0, 0
+    if w is not None:
+        if w.__class__ is not _Tensor or w.is_cuda is not cuda or w.get_device() != dev or w.shape != lead:
+            return None
+        wel = _ELEMENT_SIZE.get(w.dtype)
+        if wel is None or (grad and w.requires_grad):
+            return None
+        if nd == 3:
+            we, wm = w.stride()
+        else:
+            wm = w.stride(0)
+        w_lo = w.data_ptr()
+        spans.append((w_lo, w_lo + ((E - 1) * we + (T - 1) * wm + 1) * wel))
+        w_meta = (w.dtype, w_lo & 15)
+    m_meta = None
+    if masked_m is not None:
+        if nd != 3 or masked_m.__class__ is not _Tensor or masked_m.is_cuda is not cuda or masked_m.get_device() != dev:
+            return None
+        mel = _COUNT_SIZE.get(masked_m.dtype)
+        if mel is None or masked_m.ndim != 1 or masked_m.shape[0] != E or (E > 1 and masked_m.stride(0) != 1):
+            return None
+        m_lo = masked_m.data_ptr()
+        spans.append((m_lo, m_lo + E * mel))
+        m_meta = (masked_m.dtype, m_lo & 15)
+    G = N // group_size
+    s_shape, s_strides, s_storage = _scale_shape(lead, G, column_major)
+    if out is None:
+        q = torch.empty((*lead, N), dtype=FP8_DTYPE, device=src.device)
+        scales = empty_scales(lead, G, column_major, src.device)
+    else:
+        if out.__class__ is not tuple or len(out) != 2:
+            return None
+        q, scales = out
+        if q.__class__ is not _Tensor or q.is_cuda is not cuda or q.get_device() != dev or q.dtype != FP8_DTYPE:
+            return None
+        if scales.__class__ is not _Tensor or scales.is_cuda is not cuda or scales.get_device() != dev:
+            return None
+        if scales.dtype != torch.float32 or q.shape != (*lead, N):
+            return None
+        if scales.shape != s_shape or q.stride() != ((T * N, N, 1) if nd == 3 else (N, 1)):
+            return None
+        if scales.stride() != s_strides:
+            return None
+        if column_major and scales.untyped_storage().nbytes() // 4 - scales.storage_offset() < s_storage:
+            return None  # a column-major buffer without its padding rows: the general path decides
+        q_lo, s_lo = q.data_ptr(), scales.data_ptr()
+        q_hi, s_hi = q_lo + E * T * N, s_lo + 4 * s_storage  # the scales' padding rows included
+        if q_lo < s_hi and s_lo < q_hi:
+            return None
+        for a, b in spans:
+            if (a < q_hi and q_lo < b) or (a < s_hi and s_lo < b):
+                return None
+    q_lo, s_lo = q.data_ptr(), scales.data_ptr()
+    t_pad = _round_up(T, 4) if column_major else T
+    s0, s1_, s2 = s_strides if nd == 3 else (0, *s_strides)
+    key = (
+        dev, act, dtype, E, T, N, group_size, ue8m0, column_major, nd, lo & 15, se, sm, w_meta, we, wm, m_meta,
+        q_lo & 15, s_lo & 15,
+    )  # fmt: skip
+    args = (
+        src, src if w is None else w, src if masked_m is None else masked_m, q, scales, T, t_pad,
+        se, sm, T * N, N, we, wm, s0, s1_, s2, E,
+    )  # fmt: skip
+    return key, args, q, scales
 
 
 def _check_rows(name: str, t: torch.Tensor) -> None:
@@ -1156,6 +1312,12 @@ def fp8_group_quant(
     """
     if torch.compiler.is_compiling():
         return _via_ops("fp8_group_quant", (x,), out, group_size, scale_ue8m0, column_major_scales, enable_pdl)
+    plan_key = None
+    fast = _fast_launch(x, ACT_NONE, None, None, group_size, scale_ue8m0, column_major_scales, out, enable_pdl)
+    if fast is not None:
+        if fast[0] is not None:
+            return fast
+        _, plan_key, out = fast  # no plan yet: the general path launches and records it
     _check_tensor_nd("x", x, FLOAT_DTYPES)
     _check_rows("x", x)
     _check_flag("scale_ue8m0", scale_ue8m0)
@@ -1167,7 +1329,9 @@ def fp8_group_quant(
     if out is not None:
         out = _check_out(out, lead, N, G, column_major_scales, x.device, {"x": x})
     pdl = _pdl_default(x.device, enable_pdl)
-    return _launch(x, ACT_NONE, lead, N, G, group_size, None, None, scale_ue8m0, column_major_scales, out, pdl)
+    return _launch(
+        x, ACT_NONE, lead, N, G, group_size, None, None, scale_ue8m0, column_major_scales, out, pdl, plan_key
+    )
 
 
 def silu_and_mul_fp8_group_quant(
@@ -1214,6 +1378,16 @@ def silu_and_mul_fp8_group_quant(
             enable_pdl,
             masked_m,
         )
+    plan_key = None
+    if interleaved is True or interleaved is False:
+        act = ACT_INTERLEAVED if interleaved else ACT_NON_INTERLEAVED
+        fast = _fast_launch(
+            gateup, act, topk_weights, masked_m, group_size, scale_ue8m0, column_major_scales, out, enable_pdl
+        )
+        if fast is not None:
+            if fast[0] is not None:
+                return fast
+            _, plan_key, out = fast  # no plan yet: the general path launches and records it
     _check_tensor_nd("gateup", gateup, FLOAT_DTYPES)
     _check_rows("gateup", gateup)
     _check_flag("interleaved", interleaved)
@@ -1246,8 +1420,9 @@ def silu_and_mul_fp8_group_quant(
     pdl = _pdl_default(gateup.device, enable_pdl)
     act = ACT_INTERLEAVED if interleaved else ACT_NON_INTERLEAVED
     return _launch(
-        gateup, act, lead, N, G, group_size, topk_weights, masked_m, scale_ue8m0, column_major_scales, out, pdl
-    )
+        gateup, act, lead, N, G, group_size, topk_weights, masked_m, scale_ue8m0, column_major_scales, out, pdl,
+        plan_key,
+    )  # fmt: skip
 
 
 def e4m3_signed_encode(t: torch.Tensor) -> torch.Tensor:

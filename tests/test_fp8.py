@@ -11,6 +11,7 @@ from conftest import DEVICE, HAS_CUDA, gpu_only, randn
 
 import inkling_kernels as ik
 from inkling_kernels import LaunchConfig, fp8_group_quant, silu_and_mul, silu_and_mul_fp8_group_quant
+from inkling_kernels import fp8 as fp8_mod
 from inkling_kernels.fp8 import e4m3_signed_encode
 from inkling_kernels.reference import (
     FLT_MAX,
@@ -1478,3 +1479,229 @@ def test_bench_check_compares_only_the_rows_a_masked_case_writes():
     us[e, t, 0] = us[e, t, 0] * 2
     with pytest.raises(AssertionError, match="differ"):
         check_fused_equals_unfused(case, impls)
+
+
+def _hot_path_calls(gen):
+    """Usual and unusual fused and quantizer calls on CPU tensors (small, varied metadata): the
+    hot path's checks must take only what the general path takes, and launch what it launches."""
+    import random
+
+    rnd = random.Random(1234)
+    calls = []
+    for _ in range(400):
+        E = rnd.choice((None, 1, 3))  # None: 2-D
+        T = rnd.choice((1, 2, 5, 70))
+        group = rnd.choice((16, 64, 128, 100))
+        G = rnd.choice((1, 2, 3))
+        N = group * G + (rnd.random() < 0.05)
+        act = rnd.choice((0, 1, 2))
+        width = 2 * N if act else N
+        dtype = rnd.choice((torch.bfloat16, torch.float16, torch.float32, torch.int32 if rnd.random() < 0.05 else None))
+        dtype = dtype or torch.bfloat16
+        lead = (T,) if E is None else (E, T)
+        pad = rnd.choice((0, 0, 2, 8))  # row padding (strided rows); odd offsets break alignment classes
+        off = rnd.choice((0, 0, 1, 8))
+        base = torch.zeros(off + (E or 1) * T * (width + pad) + 64, dtype=dtype)
+        src = base[off : off + (E or 1) * T * (width + pad)].view(*lead, width + pad)[..., :width]
+        if rnd.random() < 0.05:
+            src = src.transpose(-1, -2)  # not unit stride along a row: unusual
+        w = None
+        if act and rnd.random() < 0.4:
+            w = torch.rand(lead, generator=gen)
+            if rnd.random() < 0.2:
+                w = torch.rand((T, 2), generator=gen)[:, 0] if E is None else w
+        masked = None
+        if act and E is not None and rnd.random() < 0.6:
+            masked = torch.tensor([rnd.randint(0, T) for _ in range(E)], dtype=rnd.choice((torch.int32, torch.int64)))
+            if rnd.random() < 0.2:
+                masked = torch.stack([masked, masked], 1)[:, 0]  # strided: unusual
+        column_major = rnd.random() < 0.4
+        ue8m0 = rnd.choice((False, True, 1 if rnd.random() < 0.05 else False))
+        out = None
+        r = rnd.random()
+        if r < 0.5:
+            q = torch.empty((*lead, N), dtype=torch.float8_e4m3fn)
+            s = fp8_mod.empty_scales(lead, N // group, column_major, "cpu") if N % group == 0 else torch.empty(1)
+            out = (q, s)
+            if r < 0.05:
+                out = (q, q.view(torch.uint8)[..., : max(1, N // group)].float())  # wrong scales
+            elif r < 0.1:
+                out = [q, s]  # a list: unusual for the hot path, fine for the general path
+            elif r < 0.15 and src.dtype == torch.float32 and N % group == 0:
+                out = (q, src.view(torch.float32)[..., : N // group])  # scales aliasing the input
+        pdl = rnd.choice((None, False, True))
+        calls.append((src, act, w, masked, group, ue8m0, column_major, out, pdl))
+    # outputs sharing memory with an input or with each other, in canonical layouts: the hot path
+    # must refuse each (the general path raises), and take the same buffers laid apart
+    E, T, N, G = 2, 4, 128, 1
+    for apart in (False, True):
+        buf = torch.zeros(1 << 14, dtype=torch.uint8)
+        src = buf[: E * T * 2 * N * 2].view(torch.bfloat16).view(E, T, 2 * N)
+        w = torch.rand((E, T), generator=gen)
+        masked = torch.tensor([T, 1], dtype=torch.int32)
+        at = (E * T * 2 * N * 2 + 64) if apart else 0  # byte offsets of q and scales in buf
+        q = buf[at : at + E * T * N].view(torch.float8_e4m3fn).view(E, T, N)
+        s_at = at + E * T * N if apart else 256
+        s = buf[s_at : s_at + 4 * E * T * G].view(torch.float32).view(E, T, G)
+        calls.append((src, 2, None, None, 128, False, False, (q, s), None))
+        s_own = torch.empty((E, T, G))
+        calls.append((src, 2, None, None, 128, False, False, (q, s_own), None))
+        q_own = torch.empty((E, T, N), dtype=torch.float8_e4m3fn)
+        calls.append((src, 2, None, None, 128, False, False, (q_own, s), None))
+        ws = w.view(-1)[: E * T * G].view(E, T, G) if not apart else torch.empty((E, T, G))
+        calls.append((src, 2, w, None, 128, False, False, (q_own, ws), None))
+        other = torch.zeros(1 << 12, dtype=torch.uint8)  # q and scales over each other only
+        q2 = other[: E * T * N].view(torch.float8_e4m3fn).view(E, T, N)
+        s_at = E * T * N if apart else 128
+        s2 = other[s_at : s_at + 4 * E * T * G].view(torch.float32).view(E, T, G)
+        calls.append((src, 2, None, None, 128, False, False, (q2, s2), None))
+        if not apart:  # q over the masked counts
+            big = torch.zeros(E * T * N, dtype=torch.uint8)
+            counts = big[:8].view(torch.int32)
+            counts.copy_(masked)
+            q_over = big.view(torch.float8_e4m3fn).view(E, T, N)
+            calls.append((src, 2, None, counts, 128, False, False, (q_over, s_own), None))
+    return calls
+
+
+def _general(src, act, w, masked, group, ue8m0, column_major, out, pdl):
+    if act == 0:
+        return fp8_group_quant(src, group, scale_ue8m0=ue8m0, column_major_scales=column_major, out=out, enable_pdl=pdl)
+    return silu_and_mul_fp8_group_quant(
+        src, w, interleaved=act == 1, group_size=group, scale_ue8m0=ue8m0, column_major_scales=column_major,
+        masked_m=masked, out=out, enable_pdl=pdl,
+    )  # fmt: skip
+
+
+def _arg_view(a):
+    return ("ptr", a.data_ptr()) if isinstance(a, torch.Tensor) else a
+
+
+def test_fp8_hot_path_checks_accept_only_what_the_general_path_accepts(gen, monkeypatch):
+    """``_fast_checks`` (the hot path of compiled calls) on 400 seeded calls with usual and unusual
+    metadata, CPU tensors, with the general path made to take its compiled branch (device queries
+    stubbed, the launch recorded instead of run): every call it takes, the general path takes too
+    and launches with the same runtime arguments (the same addresses and integers); and calls with
+    the same plan key get the same grid, constexprs and launch options (what makes a plan reusable).
+    It takes the usual calls (at least half here) and refuses the unusual ones."""
+    launches = []
+    monkeypatch.setattr(fp8_mod._backend, "uses_interpreter", lambda device: False)
+    monkeypatch.setattr(fp8_mod._backend, "cuda_index", lambda device: -1)
+    monkeypatch.setitem(fp8_mod._backend._CAPABILITY, -1, (9, 0))
+    monkeypatch.setitem(fp8_mod._backend._SM_COUNT, -1, 132)
+    monkeypatch.setattr(fp8_mod, "_programs_an_sm", lambda device, interpreted, args, consts: 10)
+    monkeypatch.setattr(
+        fp8_mod, "_launch_kernel", lambda grid, device, interpreted, args, consts: launches.append((grid, args, consts))
+    )
+    taken = refused = 0
+    plans = {}
+    for src, act, w, masked, group, ue8m0, column_major, out, pdl in _hot_path_calls(gen):
+        checked = fp8_mod._fast_checks(src, act, w, masked, group, ue8m0, column_major, out, pdl)
+        launches.clear()
+        try:
+            _general(src, act, w, masked, group, ue8m0, column_major, out, pdl)
+            general_ok = True
+        except (TypeError, ValueError):
+            general_ok = False
+        if checked is None:
+            refused += 1
+            continue
+        taken += 1
+        assert general_ok, (tuple(src.shape), tuple(src.stride()), act, group)
+        assert len(launches) == 1
+        grid, args, consts = launches[0]
+        key, fast_args, q, s = checked
+        if out is not None:
+            assert q is out[0] and s is out[1]
+        else:  # the hot path allocated its own outputs: same layout, other addresses
+            fast_args = (*fast_args[:3], args[3], args[4], *fast_args[5:])
+        assert tuple(map(_arg_view, fast_args)) == tuple(map(_arg_view, args)), key
+        want = (grid, tuple(consts.items()), tuple(fp8_mod._backend.arg_spec(a) for a in args))
+        assert plans.setdefault((*key, consts["USE_PDL"]), want) == want, key
+    assert taken >= 200 and refused >= 40, (taken, refused)
+
+
+@gpu_only
+def test_gpu_fp8_hot_path_launches_what_the_general_path_launches(gen, monkeypatch):
+    """Compiled calls of several shapes, layouts, dtypes and options, each made three times: the
+    first has no plan (the general path launches it and records one), the next two take the hot
+    path (``_LAUNCHER.launch_cached`` launches), and each writes, into poisoned outputs, the bits the
+    general path writes with the hot path switched off. Then a hot-path call captured in a CUDA
+    graph and replayed on new values: the bits of an eager call."""
+    E, T, N = 8, 96, 768
+    mm = torch.tensor([96, 0, 5, 64, 1, 96, 17, 33], dtype=torch.int32, device="cuda")
+    g3 = randn((E, T, 2 * N), torch.bfloat16, gen, "cuda")
+    g2 = randn((37, 2 * N), torch.float16, gen, "cuda")
+    odd = randn((5 * 2 * N + 1,), torch.bfloat16, gen, "cuda")[1:].view(5, 2 * N)  # 2-byte aligned only
+    x = randn((E, 4, N), torch.float32, gen, "cuda")
+    w3 = torch.rand((E, T), generator=gen).cuda()
+    cases = [
+        (
+            "3-D masked",
+            lambda o: silu_and_mul_fp8_group_quant(g3, masked_m=mm, interleaved=False, out=o),
+            (E, T),
+            False,
+        ),
+        (
+            "3-D masked il w cm",
+            lambda o: silu_and_mul_fp8_group_quant(g3, w3, masked_m=mm, column_major_scales=True, out=o),
+            (E, T),
+            True,
+        ),  # fmt: skip
+        (
+            "3-D ue8m0 decode",
+            lambda o: silu_and_mul_fp8_group_quant(g3[:, :4], masked_m=mm, scale_ue8m0=True, out=o),
+            (E, 4),
+            False,
+        ),  # fmt: skip
+        ("2-D fp16", lambda o: silu_and_mul_fp8_group_quant(g2, interleaved=False, out=o), (37,), False),
+        ("2-D misaligned il", lambda o: silu_and_mul_fp8_group_quant(odd, interleaved=True, out=o), (5,), False),
+        ("quant 3-D fp32 cm", lambda o: fp8_group_quant(x, column_major_scales=True, out=o), (E, 4), True),
+    ]
+    launched = []
+    real = fp8_mod._LAUNCHER.launch_cached
+
+    def spy(*a, **k):
+        done = real(*a, **k)
+        launched.append(done)
+        return done
+
+    monkeypatch.setattr(fp8_mod._LAUNCHER, "launch_cached", spy)
+    fp8_mod._PLANS.clear()
+    for name, call, lead, cm in cases:
+        want = _poisoned_out(lead, N, N // 128, cm, "cuda")
+        with monkeypatch.context() as m:
+            m.setattr(fp8_mod, "_fast_launch", lambda *a: None)  # the general path only
+            call(want)
+        for i in range(3):
+            launched.clear()
+            got = _poisoned_out(lead, N, N // 128, cm, "cuda")
+            call(got)
+            torch.cuda.synchronize()
+            assert launched == ([True] if i else []), (name, i, launched)
+            assert bits_equal(_bytes(got[0]), _bytes(want[0])) and bits_equal(_dense(got[1]), _dense(want[1])), name
+    # allocated outputs take the hot path too
+    launched.clear()
+    for _ in range(2):
+        q, s = silu_and_mul_fp8_group_quant(g2, interleaved=False)
+    assert launched and all(launched), launched
+    want = _poisoned_out((37,), N, N // 128, False, "cuda")
+    silu_and_mul_fp8_group_quant(g2, interleaved=False, out=want)
+    assert bits_equal(_bytes(q), _bytes(want[0])) and bits_equal(_dense(s), _dense(want[1]))
+    # captured in a graph, replayed on new values
+    out = _poisoned_out((E, T), N, N // 128, False, "cuda")
+    silu_and_mul_fp8_group_quant(g3, masked_m=mm, interleaved=False, out=out)
+    graph = torch.cuda.CUDAGraph()
+    launched.clear()
+    with torch.cuda.graph(graph):
+        silu_and_mul_fp8_group_quant(g3, masked_m=mm, interleaved=False, out=out)
+    assert launched == [True]
+    g3.copy_(randn((E, T, 2 * N), torch.bfloat16, gen, "cuda"))
+    graph.replay()
+    want = silu_and_mul_fp8_group_quant(
+        g3, masked_m=mm, interleaved=False, out=_poisoned_out((E, T), N, 6, False, "cuda")
+    )
+    torch.cuda.synchronize()
+    present = torch.arange(T)[None, :] < mm.cpu()[:, None]
+    assert bits_equal(_bytes(out[0])[present], _bytes(want[0])[present])
+    assert bits_equal(_dense(out[1])[present], _dense(want[1])[present])
