@@ -19,11 +19,13 @@ import time
 import torch
 import triton
 
+from inkling_kernels.fp8 import empty_scales, silu_and_mul_fp8_group_quant
 from inkling_kernels.nvfp4 import default_blockscale_offsets, silu_and_mul_nvfp4_quant
 
 # The modules, not the functions of the same name that the package exports.
 _nvfp4 = importlib.import_module("inkling_kernels.nvfp4")
 _silu = importlib.import_module("inkling_kernels.silu_and_mul")
+_fp8 = importlib.import_module("inkling_kernels.fp8")
 
 
 def _per_call_us(fn, calls: int, rounds: int) -> float:
@@ -56,9 +58,17 @@ def measure_host_overhead(
     * ``fused_nvfp4_out_us``: ``silu_and_mul_nvfp4_quant(gateup, gs, eo, bo, out=(packed, scales))``;
     * ``fused_nvfp4_defaults_us``: the same without ``out`` and ``blockscale_offsets`` (value
       checks, a host read, included);
+    * ``bare_fp8_kernel_us``: ``_fp8_group_kernel[grid](...)`` with the arguments, constexprs and
+      launch options the fused FP8 call below launches (Triton's ``JITFunction.run``);
+    * ``fused_fp8_out_us``: ``silu_and_mul_fp8_group_quant(gateup, interleaved=False, out=(q, s))``;
+    * ``fused_fp8_us``: the same without ``out`` (allocates q and the scales);
+    * ``op_fused_fp8_out_us``: ``torch.ops.inkling.silu_and_mul_fp8_group_quant_out(...)``;
+    * ``fused_fp8_masked_out_us``: the masked layout, ``[8, M, 2N]`` with ``masked_m``, ``out`` given;
     * ratios ``silu_ratio`` (silu_and_mul_out / bare silu kernel; target <= 1.3),
       ``fused_vs_bare_nvfp4_ratio`` (fused with out / bare NVFP4 kernel, the same kernel
-      launched bare; target <= 1.5) and ``fused_ratio`` (fused with out / bare silu kernel).
+      launched bare; target <= 1.5), ``fused_ratio`` (fused with out / bare silu kernel) and
+      ``fused_vs_bare_fp8_ratio`` (fused FP8 with out / bare FP8 kernel; target <= 1.5, the NVFP4
+      op's).
     """
     if not torch.cuda.is_available():
         raise RuntimeError("measure_host_overhead needs a CUDA GPU: it times CUDA launches (CPU runs are interpreted)")
@@ -100,6 +110,28 @@ def measure_host_overhead(
             gateup, gs, gs, eo, bo, packed, scales, stride, M, E, rows, **qconsts, num_warps=warps, launch_pdl=pdl
         )
 
+    G = N // 128
+    fq = torch.empty((M, N), dtype=torch.float8_e4m3fn, device=dev)
+    fs = empty_scales((M,), G, False, dev)
+    seen = []
+    real_launch = _fp8._launch_kernel
+    _fp8._launch_kernel = lambda grid, device, interpreted, args, consts: seen.append((grid, args, consts))
+    try:  # the fused call's own launch, recorded, not run
+        silu_and_mul_fp8_group_quant(gateup, interleaved=False, out=(fq, fs), enable_pdl=enable_pdl)
+    finally:
+        _fp8._launch_kernel = real_launch
+    fgrid, fargs, fconsts = seen[0]
+
+    def bare_fp8():
+        _fp8._fp8_group_kernel[fgrid](*fargs, **fconsts)
+
+    E8 = 8
+    g3 = torch.randn((E8, M, 2 * N), generator=g, device=dev).to(torch.bfloat16)
+    masked = torch.tensor([M, 0, 1, M // 2, 0, 0, 1, 0], dtype=torch.int32, device=dev)
+    mq = torch.empty((E8, M, N), dtype=torch.float8_e4m3fn, device=dev)
+    ms = empty_scales((E8, M), G, False, dev)
+    op_fp8_out = torch.ops.inkling.silu_and_mul_fp8_group_quant_out.default
+
     with torch.inference_mode():
         res = {
             "bare_silu_kernel_us": _per_call_us(bare_silu, calls, rounds),
@@ -119,9 +151,29 @@ def measure_host_overhead(
             "fused_nvfp4_defaults_us": _per_call_us(
                 lambda: silu_and_mul_nvfp4_quant(gateup, gs, eo, enable_pdl=enable_pdl), max(50, calls // 10), rounds
             ),
+            "bare_fp8_kernel_us": _per_call_us(bare_fp8, calls, rounds),
+            "fused_fp8_out_us": _per_call_us(
+                lambda: silu_and_mul_fp8_group_quant(gateup, interleaved=False, out=(fq, fs), enable_pdl=enable_pdl),
+                calls,
+                rounds,
+            ),
+            "fused_fp8_us": _per_call_us(
+                lambda: silu_and_mul_fp8_group_quant(gateup, interleaved=False, enable_pdl=enable_pdl), calls, rounds
+            ),
+            "op_fused_fp8_out_us": _per_call_us(
+                lambda: op_fp8_out(gateup, None, False, fq, fs, enable_pdl=enable_pdl), calls, rounds
+            ),
+            "fused_fp8_masked_out_us": _per_call_us(
+                lambda: silu_and_mul_fp8_group_quant(
+                    g3, masked_m=masked, interleaved=False, out=(mq, ms), enable_pdl=enable_pdl
+                ),
+                calls,
+                rounds,
+            ),
         }
     res["silu_ratio"] = res["silu_and_mul_out_us"] / res["bare_silu_kernel_us"]
     res["fused_ratio"] = res["fused_nvfp4_out_us"] / res["bare_silu_kernel_us"]
     res["fused_vs_bare_nvfp4_ratio"] = res["fused_nvfp4_out_us"] / res["bare_nvfp4_kernel_us"]
+    res["fused_vs_bare_fp8_ratio"] = res["fused_fp8_out_us"] / res["bare_fp8_kernel_us"]
     res["config"] = {"M": M, "N": N, "calls": calls, "rounds": rounds, "enable_pdl": pdl}
     return res

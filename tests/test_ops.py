@@ -506,9 +506,10 @@ def test_host_overhead_measurement_runs():
     res = measure_host_overhead(calls=200, rounds=3)
     print(res)
     times = {k: v for k, v in res.items() if k.endswith("_us")}
-    assert len(times) == 7 and all(0 < v < 10_000 for v in times.values()), res
+    assert len(times) == 12 and all(0 < v < 10_000 for v in times.values()), res
     assert res["silu_ratio"] == res["silu_and_mul_out_us"] / res["bare_silu_kernel_us"]
     assert res["fused_vs_bare_nvfp4_ratio"] == res["fused_nvfp4_out_us"] / res["bare_nvfp4_kernel_us"]
+    assert res["fused_vs_bare_fp8_ratio"] == res["fused_fp8_out_us"] / res["bare_fp8_kernel_us"]
 
 
 def test_cuda_launcher_plumbing_without_a_gpu(monkeypatch):

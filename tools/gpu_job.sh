@@ -123,7 +123,7 @@ echo "=== phase 2, sharing the GPU: tests + sanitizer | bitwise + notebooks 04, 
     # that capture a first call (allocating its outputs) run in the test step, not under memcheck.
     export PYTORCH_NO_CUDA_MEMORY_CACHING=1
     run memcheck timeout 300 compute-sanitizer --tool memcheck --print-limit 20 "${PYTEST[@]}" "${KERNEL_TESTS[@]}" \
-      -k "(odd_widths or small_shared and 768 or layouts or fused_equals and 768 and not uniform or strided or zero_rows or fused_equals_unfused_equals_reference and masked or masked_m_clamped or scale_layouts or work_list or thin_launch) and not capture"
+      -k "(odd_widths or small_shared and 768 or layouts or fused_equals and 768 and not uniform or strided or zero_rows or fused_equals_unfused_equals_reference and masked or masked_m_clamped or scale_layouts or work_list or thin_launch or hot_path) and not capture"
     for tool in racecheck initcheck; do
       run $tool timeout 200 compute-sanitizer --tool $tool --print-limit 20 "${PYTEST[@]}" "${KERNEL_TESTS[@]}" \
         -k "layouts_bitwise or odd_widths and 130 or fused_equals and 768 and nonuniform"
