@@ -1079,12 +1079,13 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         # T = 2048 an empty call drops from 8.3 us, one program a slot, to 2.6; experiments G, H, Q, R)
         sms = max(1, resident // 16)
         grid = (max(1, sms * min(WORK_LIST_PER_SM, _programs_an_sm(device, interpreted, args, consts))), 1)
+    knobs = _knobs() if plan_key is not None else None  # before the launch: what decided it
     launched = _launch_kernel(grid, device, interpreted, args, consts)
     if plan_key is not None and launched is not None:
         # the hot path's plan for this call's metadata (``_fast_launch``): the same launch
         if len(_PLANS) >= _PLANS_MAX:
             _PLANS.clear()
-        _PLANS[plan_key] = (*launched, grid[0], grid[1], consts["num_warps"])
+        _PLANS[plan_key] = (*launched, grid[0], grid[1], knobs)
     return q, scales
 
 
@@ -1124,10 +1125,21 @@ def _launch_key(index: int, args: tuple, consts: dict, warps: int, pdl: bool) ->
 _Tensor = torch.Tensor
 _ELEMENT_SIZE = {torch.bfloat16: 2, torch.float16: 2, torch.float32: 4}
 _COUNT_SIZE = {torch.int32: 4, torch.int64: 8}
-#: plan key (``_fast_launch``) -> (thin launcher key, constexpr values, grid0, grid1, num_warps) of the
-#: launch the general path made for a call with that metadata
+#: plan key (``_fast_launch``) -> (thin launcher key, constexpr values, grid0, grid1, ``_knobs()``) of
+#: the launch the general path made for a call with that metadata
 _PLANS: dict = {}
 _PLANS_MAX = 4096  # distinct call shapes kept (a server sees one per batch size); then cleared
+
+
+def _knobs() -> tuple:
+    """What the general path's launch decisions read besides the call: the module's launch
+    functions and constants (tests and tools replace them). A plan recorded under other knobs is
+    not used, so a replaced heuristic always reaches the general path."""
+    return (
+        _launch_config, _kernel_flags, _pair_words, _warp_redux_ok, _programs_an_sm, id(_PROGRAMS_AN_SM),
+        _resident_programs, _launch_kernel, WORK_LIST_PAST, WORK_LIST_PAST_DECODE, WORK_LIST_PER_SM, DECODE_ROWS,
+        _backend.uses_interpreter, _backend.cuda_index,
+    )  # fmt: skip
 
 
 def _fast_launch(src, act, w, masked_m, group_size, ue8m0, column_major, out, enable_pdl):
@@ -1147,7 +1159,7 @@ def _fast_launch(src, act, w, masked_m, group_size, ue8m0, column_major, out, en
     pdl = _backend.pdl_default_index(dev) if enable_pdl is None else enable_pdl
     key = (*key, pdl)
     plan = _PLANS.get(key)
-    if plan is None:
+    if plan is None or plan[4] != _knobs():
         return None, key, (q, scales)
     launcher_key, values, grid0, grid1, _ = plan
     if not _LAUNCHER.launch_cached(launcher_key, grid0, dev, (*args, *values), pdl, grid1):

@@ -1680,6 +1680,14 @@ def test_gpu_fp8_hot_path_launches_what_the_general_path_launches(gen, monkeypat
             torch.cuda.synchronize()
             assert launched == ([True] if i else []), (name, i, launched)
             assert bits_equal(_bytes(got[0]), _bytes(want[0])) and bits_equal(_dense(got[1]), _dense(want[1])), name
+    # a replaced launch heuristic (as tests and tools replace them) is never bypassed by a plan
+    general = []
+    real_kernel = fp8_mod._launch_kernel
+    with monkeypatch.context() as m:
+        m.setattr(fp8_mod, "_launch_kernel", lambda *a: general.append(a) or real_kernel(*a))
+        launched.clear()
+        silu_and_mul_fp8_group_quant(g2, interleaved=False, out=_poisoned_out((37,), N, N // 128, False, "cuda"))
+    assert len(general) == 1 and launched == [], (general, launched)
     # allocated outputs take the hot path too
     launched.clear()
     for _ in range(2):
