@@ -1368,7 +1368,8 @@ def silu_and_mul_fp8_group_quant(
             ``silu_and_mul`` stores it.
         topk_weights: optional per-row weights, ``[M]`` (2-D) or ``[E, T]`` (3-D), multiplied last
             in fp32.
-        masked_m: optional int32/int64 ``[E]`` on gateup's device, 3-D only: rows
+        masked_m: optional int32/int64 ``[E]`` on gateup's device (a strided view is copied
+            first), 3-D only: rows
             ``t >= masked_m[e]`` of expert e are neither read nor written (their q bytes and
             scales keep whatever ``out`` held; in a freshly allocated output they are
             uninitialized). Values are clamped to ``[0, T]`` in the kernel; the tensor is never
