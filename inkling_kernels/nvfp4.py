@@ -438,7 +438,8 @@ def _launch_quant(
     grid0 = triton.cdiv(total_rows, block_m) * triton.cdiv(scale_cols * 16, block_k)
     stride_x = src.stride(0)
     int64 = max(M * max(stride_x, 1), total_rows * scale_cols) >= INT32_LIMIT
-    weight = topk_weights if topk_weights is not None else gs
+    # the kernel reads the weights at unit stride: a strided view (a slice) is copied first
+    weight = topk_weights.contiguous() if topk_weights is not None else gs
     has_weight = topk_weights is not None
     steps = max(1, (E - 1).bit_length())
     if not interpreted:

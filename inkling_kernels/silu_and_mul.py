@@ -336,6 +336,8 @@ def _silu_and_mul_eager(gateup, topk_weights, out_dtype, interleaved, out, confi
         if res is not None:
             return res
     M, N = _check_args(gateup, topk_weights, out_dtype, out, interleaved)
+    if topk_weights is not None:
+        topk_weights = topk_weights.contiguous()  # the kernel reads the weights at unit stride
     if out is None:
         out = torch.empty((M, N), dtype=out_dtype or gateup.dtype, device=gateup.device)
     if M == 0:
@@ -375,8 +377,8 @@ def _fast_cuda(gateup, w, out_dtype, out, interleaved, enable_pdl):
         if w.__class__ is not _Tensor or not w.is_cuda or w.get_device() != dev or w.ndim != 1 or w.shape[0] != M:
             return None
         w_dtype = w.dtype
-        if w_dtype not in _ELEMENT_SIZE or (grad and w.requires_grad):
-            return None
+        if w_dtype not in _ELEMENT_SIZE or (grad and w.requires_grad) or (M > 1 and w.stride(0) != 1):
+            return None  # (a strided w: the general path copies it)
         w_ptr = w.data_ptr()
         w_end = w_ptr + ((M - 1) * w.stride(0) + 1) * _ELEMENT_SIZE[w_dtype]
     else:

@@ -337,8 +337,9 @@ def test_kernel_e2m1_rounding_on_exact_ties(device):
 
 
 def test_strided_offsets_read_as_their_own_values(gen, device):
-    """Strided expert and blockscale offsets (slices of wider tensors) give what their contiguous
-    copies give: the kernels read offsets at unit stride, so the ops copy a strided view first."""
+    """Strided expert and blockscale offsets and per-row weights (slices of wider tensors) give what
+    their contiguous copies give: the kernels read them at unit stride, so the ops copy a strided
+    view first."""
     M, N = 16, 64
     gateup = randn((M, 2 * N), torch.bfloat16, gen, device, scale=2.0)
     gs = torch.tensor([100.0, 200.0], device=device)
@@ -351,6 +352,10 @@ def test_strided_offsets_read_as_their_own_values(gen, device):
             gateup, gs, eo.contiguous(), None if blockscale is None else bo.contiguous(), interleaved=False
         )
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    w = torch.rand((M, 3), generator=gen).to(device)[:, 2]  # strided per-row weights
+    got = silu_and_mul_nvfp4_quant(gateup, gs, eo, topk_weights=w, interleaved=True)
+    want = silu_and_mul_nvfp4_quant(gateup, gs, eo, topk_weights=w.contiguous(), interleaved=True)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     got = nvfp4_quant(gateup[:, :N].contiguous(), gs, expert_offsets=eo, swizzle=False)
     want = nvfp4_quant(gateup[:, :N].contiguous(), gs, expert_offsets=eo.contiguous(), swizzle=False)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])

@@ -138,6 +138,22 @@ def test_strided_rows(gen, device):
     assert bits_equal(out, silu_and_mul(x.contiguous()))
 
 
+def test_strided_weights_read_as_their_own_values(gen, device):
+    """Per-row weights that are a strided view (a slice of a wider tensor) give what their
+    contiguous copy gives, with and without ``out``: the kernel reads them at unit stride, so the
+    op copies a strided view first (before the fix it read the wider tensor's neighbours)."""
+    M, N = 37, 256
+    x = randn((M, 2 * N), torch.bfloat16, gen, device)
+    w = torch.rand((M, 2), generator=gen).to(device)[:, 1]
+    assert w.stride() == (2,)
+    for interleaved in (True, False):
+        want = silu_and_mul(x, w.contiguous(), interleaved=interleaved)
+        assert bits_equal(silu_and_mul(x, w, interleaved=interleaved), want)
+        out = poisoned((M, N), torch.bfloat16, device)
+        silu_and_mul(x, w, interleaved=interleaved, out=out)
+        assert bits_equal(out, want)
+
+
 def test_nan_inf_propagate_like_reference(device):
     """NaN in gate or up gives NaN; silu(+inf)*up = inf*up; silu(-inf) = -inf*0 = NaN, as torch says."""
     g = torch.tensor([[float("nan"), 1.0, float("inf"), float("-inf"), 2.0, 0.0]], dtype=torch.bfloat16)
