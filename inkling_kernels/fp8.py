@@ -987,6 +987,9 @@ def _check_out(
     if _self_overlapping(scales):
         raise ValueError(f"out[1] (scales) elements overlap: strides {tuple(scales.stride())}")
     q_span, s_span = _span(q), _span(scales)  # each span once: this check runs on every call
+    if column_major and _canonical_scales(scales, lead, G, column_major):
+        # the kernel also zero-fills the padding rows of such a buffer: they count as written
+        s_span = (s_span[0], s_span[0] + 4 * _scale_shape(tuple(lead), G, True)[2])
     if _meet(q_span, s_span):
         raise ValueError("out[0] (q) and out[1] (scales) overlap in memory")
     for name, t in inputs.items():
@@ -1133,12 +1136,15 @@ _PLANS_MAX = 4096  # distinct call shapes kept (a server sees one per batch size
 
 def _knobs() -> tuple:
     """What the general path's launch decisions read besides the call: the module's launch
-    functions and constants (tests and tools replace them). A plan recorded under other knobs is
-    not used, so a replaced heuristic always reaches the general path."""
+    functions, caches and constants, and the device queries of ``_backend`` (tests and tools replace
+    them). A plan recorded under other knobs is not used, so a replaced heuristic always reaches
+    the general path. The objects themselves are held (not their ids, which a freed object's
+    successor could take)."""
     return (
-        _launch_config, _kernel_flags, _pair_words, _warp_redux_ok, _programs_an_sm, id(_PROGRAMS_AN_SM),
-        _resident_programs, _launch_kernel, WORK_LIST_PAST, WORK_LIST_PAST_DECODE, WORK_LIST_PER_SM, DECODE_ROWS,
-        _backend.uses_interpreter, _backend.cuda_index,
+        _launch_config, _kernel_flags, _hw_e4m3, _pair_words, _warp_redux_ok, _programs_an_sm, _PROGRAMS_AN_SM,
+        _occupancy, _resident_programs, _launch_kernel, _launch_key, _canonical_scales, _scale_shape, empty_scales,
+        WORK_LIST_PAST, WORK_LIST_PAST_DECODE, WORK_LIST_PER_SM, DECODE_ROWS, DIV_16BIT, INT32_LIMIT,
+        _backend.uses_interpreter, _backend.cuda_index, _backend.capability, _backend.sm_count,
     )  # fmt: skip
 
 

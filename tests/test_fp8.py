@@ -798,6 +798,14 @@ def test_overlapping_outputs_refused(device):
     q3, counts = raw.view(F8).view(2, 4, 512), raw[4088:4096].view(torch.int32)  # the counts inside q
     with pytest.raises(ValueError, match="input masked_m"):
         silu_and_mul_fp8_group_quant(gate3, masked_m=counts, out=(q3, torch.empty(2, 4, 4, device=device)))
+    # column-major scales in their own padded layout: the padding rows the kernel zero-fills count
+    # (T = 5 pads to 8: scale bytes [0, 32), of which [20, 32) are padding; q starts at byte 20)
+    T, N = 5, 128
+    buf = torch.zeros(20 + T * N + 12, dtype=torch.uint8, device=device)
+    s = buf[:32].view(torch.float32).view(1, 8).t()[:T]
+    q = buf[20 : 20 + T * N].view(F8).view(T, N)
+    with pytest.raises(ValueError, match="overlap"):
+        fp8_group_quant(torch.randn(T, N, device=device), column_major_scales=True, out=(q, s))
 
 
 def test_requires_grad_refused_under_grad_mode(device):
@@ -1637,6 +1645,11 @@ def test_gpu_fp8_hot_path_launches_what_the_general_path_launches(gen, monkeypat
     odd = randn((5 * 2 * N + 1,), torch.bfloat16, gen, "cuda")[1:].view(5, 2 * N)  # 2-byte aligned only
     x = randn((E, 4, N), torch.float32, gen, "cuda")
     w3 = torch.rand((E, T), generator=gen).cuda()
+    big = randn((E, 256, 2 * 3072), torch.bfloat16, gen, "cuda")  # 3072 tile slots: the work list
+    dec = randn((16, 2 * 1536), torch.bfloat16, gen, "cuda")  # decode tiles: the warp's redux
+    launches = []
+    real_kernel = fp8_mod._launch_kernel
+    monkeypatch.setattr(fp8_mod, "_launch_kernel", lambda *a: launches.append(a[4]) or real_kernel(*a))
     cases = [
         (
             "3-D masked",
@@ -1659,7 +1672,16 @@ def test_gpu_fp8_hot_path_launches_what_the_general_path_launches(gen, monkeypat
         ("2-D fp16", lambda o: silu_and_mul_fp8_group_quant(g2, interleaved=False, out=o), (37,), False),
         ("2-D misaligned il", lambda o: silu_and_mul_fp8_group_quant(odd, interleaved=True, out=o), (5,), False),
         ("quant 3-D fp32 cm", lambda o: fp8_group_quant(x, column_major_scales=True, out=o), (E, 4), True),
+        (
+            "work list",
+            lambda o: silu_and_mul_fp8_group_quant(big, masked_m=mm, interleaved=False, out=o),
+            (E, 256),
+            False,
+            3072,
+        ),  # fmt: skip
+        ("decode redux", lambda o: silu_and_mul_fp8_group_quant(dec, interleaved=False, out=o), (16,), False, 1536),
     ]
+    seen = {"WORK_LIST": False, "WARP_REDUX": False}
     launched = []
     real = fp8_mod._LAUNCHER.launch_cached
 
@@ -1670,18 +1692,25 @@ def test_gpu_fp8_hot_path_launches_what_the_general_path_launches(gen, monkeypat
 
     monkeypatch.setattr(fp8_mod._LAUNCHER, "launch_cached", spy)
     fp8_mod._PLANS.clear()
-    for name, call, lead, cm in cases:
-        want = _poisoned_out(lead, N, N // 128, cm, "cuda")
+    for name, call, lead, cm, *n in cases:
+        n = n[0] if n else N
+        want = _poisoned_out(lead, n, n // 128, cm, "cuda")
         with monkeypatch.context() as m:
             m.setattr(fp8_mod, "_fast_launch", lambda *a: None)  # the general path only
             call(want)
         for i in range(3):
             launched.clear()
-            got = _poisoned_out(lead, N, N // 128, cm, "cuda")
+            got = _poisoned_out(lead, n, n // 128, cm, "cuda")
+            launches.clear()
             call(got)
             torch.cuda.synchronize()
             assert launched == ([True] if i else []), (name, i, launched)
+            assert len(launches) == (0 if i else 1), (name, i)  # the general path: the first call only
+            if i == 0:
+                for k in seen:
+                    seen[k] |= bool(launches[0][k])
             assert bits_equal(_bytes(got[0]), _bytes(want[0])) and bits_equal(_dense(got[1]), _dense(want[1])), name
+    assert all(seen.values()), seen  # the cases reach the work list and the warp's redux
     # a replaced launch heuristic (as tests and tools replace them) is never bypassed by a plan
     general = []
     real_kernel = fp8_mod._launch_kernel
