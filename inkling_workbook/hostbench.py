@@ -6,8 +6,9 @@ Usage on a GPU machine::
     print(measure_host_overhead())
 
 Each entry is the median over ``rounds`` of (wall time of ``calls`` back-to-back calls) / calls,
-in microseconds, all in this process. The GPU work is tiny (``M`` rows), so the host, not the
-GPU, sets the pace: what is measured is the Python + launch cost of one call.
+in microseconds, all in this process, the entries interleaved round by round. The GPU work is
+tiny (``M`` rows), so the host, not the GPU, sets the pace: what is measured is the Python +
+launch cost of one call.
 """
 
 from __future__ import annotations
@@ -43,6 +44,26 @@ def _per_call_us(fn, calls: int, rounds: int) -> float:
     return statistics.median(samples)
 
 
+def _interleaved_us(fns: dict, rounds: int) -> dict:
+    """``name -> (fn, calls)``: each ``fn`` warmed, then ``rounds`` rounds in which every ``fn`` in
+    turn makes ``calls`` back-to-back calls; per name the median over the rounds of (wall time /
+    calls), in us. Interleaved, so that a slow stretch of the host falls on every entry alike."""
+    for fn, _ in fns.values():
+        for _ in range(20):
+            fn()
+    torch.cuda.synchronize()
+    samples: dict = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, (fn, calls) in fns.items():
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            samples[name].append((time.perf_counter() - t0) / calls * 1e6)
+    torch.cuda.synchronize()
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
 def measure_host_overhead(
     M: int = 4, N: int = 1536, calls: int = 2000, rounds: int = 7, enable_pdl: bool | None = None
 ) -> dict:
@@ -60,7 +81,12 @@ def measure_host_overhead(
       checks, a host read, included);
     * ``bare_fp8_kernel_us``: ``_fp8_group_kernel[grid](...)`` with the arguments, constexprs and
       launch options the fused FP8 call below launches (Triton's ``JITFunction.run``);
-    * ``fused_fp8_out_us``: ``silu_and_mul_fp8_group_quant(gateup, interleaved=False, out=(q, s))``;
+    * ``thin_fp8_launch_us``: the same launch through the package's cached C launcher
+      (``fp8._LAUNCHER``) with its key and arguments built beforehand: the floor of any call;
+    * ``fused_fp8_out_us``: ``silu_and_mul_fp8_group_quant(gateup, interleaved=False, out=(q, s))``
+      (the hot path: every call after the first repeats a recorded launch);
+    * ``fused_fp8_out_general_us``: the same with ``out`` as a list, which the hot path leaves to
+      the general path (checks and launch decisions on every call);
     * ``fused_fp8_us``: the same without ``out`` (allocates q and the scales);
     * ``op_fused_fp8_out_us``: ``torch.ops.inkling.silu_and_mul_fp8_group_quant_out(...)``;
     * ``fused_fp8_masked_out_us``: the masked layout, ``[8, M, 2N]`` with ``masked_m``, ``out`` given;
@@ -68,7 +94,9 @@ def measure_host_overhead(
       ``fused_vs_bare_nvfp4_ratio`` (fused with out / bare NVFP4 kernel, the same kernel
       launched bare; target <= 1.5), ``fused_ratio`` (fused with out / bare silu kernel) and
       ``fused_vs_bare_fp8_ratio`` (fused FP8 with out / bare FP8 kernel; target <= 1.5, the NVFP4
-      op's).
+      op's), and ``fused_fp8_over_thin_launch_us`` (what the fused FP8 call costs above the floor).
+
+    Every entry is timed in the same rounds, interleaved (:func:`_interleaved_us`).
     """
     if not torch.cuda.is_available():
         raise RuntimeError("measure_host_overhead needs a CUDA GPU: it times CUDA launches (CPU runs are interpreted)")
@@ -132,48 +160,54 @@ def measure_host_overhead(
     ms = empty_scales((E8, M), G, False, dev)
     op_fp8_out = torch.ops.inkling.silu_and_mul_fp8_group_quant_out.default
 
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    fwarps, fpdl = fconsts["num_warps"], fconsts["USE_PDL"]
+    fkey, fvalues = _fp8._launch_key(index, fargs, fconsts, fwarps, fpdl)
+    full_args = (*fargs, *fvalues)
+
+    def thin_fp8():
+        _fp8._LAUNCHER(fkey, fgrid[0], index, full_args, fwarps, fpdl, fgrid[1])
+
+    fns = {
+        "bare_silu_kernel_us": (bare_silu, calls),
+        "silu_and_mul_out_us": (lambda: _silu.silu_and_mul(gateup, out=out, enable_pdl=enable_pdl), calls),
+        "op_silu_and_mul_out_us": (lambda: op_out(gateup, None, True, enable_pdl, out=out), calls),
+        "op_silu_and_mul_us": (lambda: op_fn(gateup, None, None, True, enable_pdl), calls),
+        "bare_nvfp4_kernel_us": (bare_nvfp4, calls),
+        "fused_nvfp4_out_us": (
+            lambda: silu_and_mul_nvfp4_quant(gateup, gs, eo, bo, out=(packed, scales), enable_pdl=enable_pdl),
+            calls,
+        ),
+        "fused_nvfp4_defaults_us": (
+            lambda: silu_and_mul_nvfp4_quant(gateup, gs, eo, enable_pdl=enable_pdl),
+            max(50, calls // 10),
+        ),
+        "bare_fp8_kernel_us": (bare_fp8, calls),
+        "thin_fp8_launch_us": (thin_fp8, calls),
+        "fused_fp8_out_us": (
+            lambda: silu_and_mul_fp8_group_quant(gateup, interleaved=False, out=(fq, fs), enable_pdl=enable_pdl),
+            calls,
+        ),
+        # ``out`` as a list: not the hot path's usual call, so every call takes the general path
+        "fused_fp8_out_general_us": (
+            lambda: silu_and_mul_fp8_group_quant(gateup, interleaved=False, out=[fq, fs], enable_pdl=enable_pdl),
+            calls,
+        ),
+        "fused_fp8_us": (lambda: silu_and_mul_fp8_group_quant(gateup, interleaved=False, enable_pdl=enable_pdl), calls),
+        "op_fused_fp8_out_us": (lambda: op_fp8_out(gateup, None, False, fq, fs, enable_pdl=enable_pdl), calls),
+        "fused_fp8_masked_out_us": (
+            lambda: silu_and_mul_fp8_group_quant(
+                g3, masked_m=masked, interleaved=False, out=(mq, ms), enable_pdl=enable_pdl
+            ),
+            calls,
+        ),
+    }
     with torch.inference_mode():
-        res = {
-            "bare_silu_kernel_us": _per_call_us(bare_silu, calls, rounds),
-            "silu_and_mul_out_us": _per_call_us(
-                lambda: _silu.silu_and_mul(gateup, out=out, enable_pdl=enable_pdl), calls, rounds
-            ),
-            "op_silu_and_mul_out_us": _per_call_us(
-                lambda: op_out(gateup, None, True, enable_pdl, out=out), calls, rounds
-            ),
-            "op_silu_and_mul_us": _per_call_us(lambda: op_fn(gateup, None, None, True, enable_pdl), calls, rounds),
-            "bare_nvfp4_kernel_us": _per_call_us(bare_nvfp4, calls, rounds),
-            "fused_nvfp4_out_us": _per_call_us(
-                lambda: silu_and_mul_nvfp4_quant(gateup, gs, eo, bo, out=(packed, scales), enable_pdl=enable_pdl),
-                calls,
-                rounds,
-            ),
-            "fused_nvfp4_defaults_us": _per_call_us(
-                lambda: silu_and_mul_nvfp4_quant(gateup, gs, eo, enable_pdl=enable_pdl), max(50, calls // 10), rounds
-            ),
-            "bare_fp8_kernel_us": _per_call_us(bare_fp8, calls, rounds),
-            "fused_fp8_out_us": _per_call_us(
-                lambda: silu_and_mul_fp8_group_quant(gateup, interleaved=False, out=(fq, fs), enable_pdl=enable_pdl),
-                calls,
-                rounds,
-            ),
-            "fused_fp8_us": _per_call_us(
-                lambda: silu_and_mul_fp8_group_quant(gateup, interleaved=False, enable_pdl=enable_pdl), calls, rounds
-            ),
-            "op_fused_fp8_out_us": _per_call_us(
-                lambda: op_fp8_out(gateup, None, False, fq, fs, enable_pdl=enable_pdl), calls, rounds
-            ),
-            "fused_fp8_masked_out_us": _per_call_us(
-                lambda: silu_and_mul_fp8_group_quant(
-                    g3, masked_m=masked, interleaved=False, out=(mq, ms), enable_pdl=enable_pdl
-                ),
-                calls,
-                rounds,
-            ),
-        }
+        res = _interleaved_us(fns, rounds)
     res["silu_ratio"] = res["silu_and_mul_out_us"] / res["bare_silu_kernel_us"]
     res["fused_ratio"] = res["fused_nvfp4_out_us"] / res["bare_silu_kernel_us"]
     res["fused_vs_bare_nvfp4_ratio"] = res["fused_nvfp4_out_us"] / res["bare_nvfp4_kernel_us"]
     res["fused_vs_bare_fp8_ratio"] = res["fused_fp8_out_us"] / res["bare_fp8_kernel_us"]
-    res["config"] = {"M": M, "N": N, "calls": calls, "rounds": rounds, "enable_pdl": pdl}
+    res["fused_fp8_over_thin_launch_us"] = res["fused_fp8_out_us"] - res["thin_fp8_launch_us"]
+    res["config"] = {"M": M, "N": N, "calls": calls, "rounds": rounds, "enable_pdl": pdl, "interleaved": True}
     return res

@@ -857,7 +857,9 @@ HOST_ROWS = [
     ("fused_nvfp4_out_us", "`ik.silu_and_mul_nvfp4_quant(..., out=(packed, scales))`"),
     ("fused_nvfp4_defaults_us", "`ik.silu_and_mul_nvfp4_quant(gateup, gs, eo)` (defaults: value checks, host read)"),
     ("bare_fp8_kernel_us", "bare `_fp8_group_kernel[grid](...)` (the fused FP8 call's launch)"),
-    ("fused_fp8_out_us", "`ik.silu_and_mul_fp8_group_quant(gateup, out=(q, s))`"),
+    ("thin_fp8_launch_us", "the same FP8 launch, cached C launcher, arguments pre-built (the floor)"),
+    ("fused_fp8_out_us", "`ik.silu_and_mul_fp8_group_quant(gateup, out=(q, s))` (the hot path)"),
+    ("fused_fp8_out_general_us", "the same, `out` as a list (the general path on every call)"),
     ("fused_fp8_us", "`ik.silu_and_mul_fp8_group_quant(gateup)` (allocates)"),
     ("op_fused_fp8_out_us", "`torch.ops.inkling.silu_and_mul_fp8_group_quant_out(...)`"),
     ("fused_fp8_masked_out_us", "`ik.silu_and_mul_fp8_group_quant(g3, masked_m=m, out=(q, s))`, E = 8"),
@@ -865,6 +867,7 @@ HOST_ROWS = [
     ("fused_vs_bare_nvfp4_ratio", "fused NVFP4 with `out` / bare NVFP4 launch (target <= 1.5)"),
     ("fused_ratio", "fused NVFP4 with `out` / bare silu launch"),
     ("fused_vs_bare_fp8_ratio", "fused FP8 with `out` / bare FP8 launch (target <= 1.5)"),
+    ("fused_fp8_over_thin_launch_us", "fused FP8 with `out` minus the floor (us)"),
 ]
 
 

@@ -870,6 +870,19 @@ def masked_y() -> list[dict]:
     return rows
 
 
+# Experiment Z (the review of X and Y): rounds, cleanly. The 2048-element work-list program as
+# launched, on grids of 10 (launched: 1320 programs, 3072 items = 2.33 rounds, the third a third
+# full), 8 (1056: 2.91 rounds, the third 91% full) and 6 programs an SM (792: 3.88, the fourth 88%
+# full), every expert full and the 921 rows at T = 256, N = 3072 (N = 1536 launches one program a
+# slot there, so its variants are one launch).
+Z_VARIANTS = {"launched": {}, "wl8": {"WORK_LIST_PER_SM": 8}, "wl6": {"WORK_LIST_PER_SM": 6}}
+
+
+def masked_z() -> list[dict]:
+    ragged = tuple(fp8_bench.MASKED_COUNTS)
+    return _masked_variant_rows(256, ragged, (sum(ragged), 2048), Z_VARIANTS, "Z, T = 256")
+
+
 def _masked_host() -> list[dict]:
     """Host us per call (``hostbench._per_call_us``: back-to-back eager calls, outputs preallocated,
     PDL on) of the fused op: masked on the work list (T = 2048), masked on the tile slots (T = 256,
@@ -978,6 +991,7 @@ def main(argv: list[str]) -> int:
                 "masked_w": masked_w,
                 "masked_x": masked_x,
                 "masked_y": masked_y,
+                "masked_z": masked_z,
                 "masked_host": _masked_host,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
