@@ -1713,9 +1713,9 @@ def test_gpu_fp8_hot_path_launches_what_the_general_path_launches(gen, monkeypat
     assert all(seen.values()), seen  # the cases reach the work list and the warp's redux
     # a replaced launch heuristic (as tests and tools replace them) is never bypassed by a plan
     general = []
-    real_kernel = fp8_mod._launch_kernel
+    spied = fp8_mod._launch_kernel
     with monkeypatch.context() as m:
-        m.setattr(fp8_mod, "_launch_kernel", lambda *a: general.append(a) or real_kernel(*a))
+        m.setattr(fp8_mod, "_launch_kernel", lambda *a: general.append(a) or spied(*a))
         launched.clear()
         silu_and_mul_fp8_group_quant(g2, interleaved=False, out=_poisoned_out((37,), N, N // 128, False, "cuda"))
     assert len(general) == 1 and launched == [], (general, launched)
