@@ -830,7 +830,11 @@ def serving_markdown(data_dir: Path, gpu: str = "h200") -> str:
         cells += [f"{r['activation_adds_no_pdl_us']:.2f}", f"{r['activation_adds_pdl_us']:.2f}"]
         cells.append("yes" if r["pdl_output_bitwise_equal"] else "**no**")
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Host time per call (M = 4, N = 1536; the median of 7 rounds of 2000 calls, no GPU wait):", ""]
+    lines += [
+        "",
+        "Host time per call (M = 4, N = 1536; the median of 7 interleaved rounds of 2000 calls each, no GPU wait):",
+        "",
+    ]
     lines += ["| call | PDL off (us) | PDL on (us) |", "|---|---:|---:|"]
     off, on = doc["host_overhead"]["pdl_off"], doc["host_overhead"]["pdl_on"]
     for key, label in HOST_ROWS:
