@@ -1541,6 +1541,16 @@ def _hot_path_calls(gen):
                 out = (q, src.view(torch.float32)[..., : N // group])  # scales aliasing the input
         pdl = rnd.choice((None, False, True))
         calls.append((src, act, w, masked, group, ue8m0, column_major, out, pdl))
+        # twins that differ in one thing the launch depends on, so that a plan key missing it
+        # would collide: the scale rounding, the layout of the scales, PDL, the input's alignment
+        if out is None:
+            calls.append((src, act, w, masked, group, not ue8m0, column_major, None, pdl))
+            calls.append((src, act, w, masked, group, ue8m0, not column_major, None, pdl))
+            calls.append((src, act, w, masked, group, ue8m0, column_major, None, not pdl))
+            moved = torch.zeros(src.untyped_storage().nbytes() // src.element_size() + 16, dtype=src.dtype)
+            shift = rnd.choice((1, 2, 4, 8))
+            twin = moved[shift:].as_strided(src.shape, src.stride(), src.storage_offset())
+            calls.append((twin, act, w, masked, group, ue8m0, column_major, None, pdl))
     # outputs sharing memory with an input or with each other, in canonical layouts: the hot path
     # must refuse each (the general path raises), and take the same buffers laid apart
     E, T, N, G = 2, 4, 128, 1
@@ -1593,7 +1603,9 @@ def test_fp8_hot_path_checks_accept_only_what_the_general_path_accepts(gen, monk
     stubbed, the launch recorded instead of run): every call it takes, the general path takes too
     and launches with the same runtime arguments (the same addresses and integers); and calls with
     the same plan key get the same grid, constexprs and launch options (what makes a plan reusable).
-    It takes the usual calls (at least half here) and refuses the unusual ones."""
+    Each call's metadata is met twice, on new tensors, so that keys repeat, on a GPU of 132 SMs
+    with the launch's thresholds, then of one SM with every masked call on the work list. It
+    takes the usual calls (at least half here) and refuses the unusual ones."""
     launches = []
     monkeypatch.setattr(fp8_mod._backend, "uses_interpreter", lambda device: False)
     monkeypatch.setattr(fp8_mod._backend, "cuda_index", lambda device: -1)
@@ -1603,32 +1615,43 @@ def test_fp8_hot_path_checks_accept_only_what_the_general_path_accepts(gen, monk
     monkeypatch.setattr(
         fp8_mod, "_launch_kernel", lambda grid, device, interpreted, args, consts: launches.append((grid, args, consts))
     )
-    taken = refused = 0
-    plans = {}
-    for src, act, w, masked, group, ue8m0, column_major, out, pdl in _hot_path_calls(gen):
-        checked = fp8_mod._fast_checks(src, act, w, masked, group, ue8m0, column_major, out, pdl)
-        launches.clear()
-        try:
-            _general(src, act, w, masked, group, ue8m0, column_major, out, pdl)
-            general_ok = True
-        except (TypeError, ValueError):
-            general_ok = False
-        if checked is None:
-            refused += 1
-            continue
-        taken += 1
-        assert general_ok, (tuple(src.shape), tuple(src.stride()), act, group)
-        assert len(launches) == 1
-        grid, args, consts = launches[0]
-        key, fast_args, q, s = checked
-        if out is not None:
-            assert q is out[0] and s is out[1]
-        else:  # the hot path allocated its own outputs: same layout, other addresses
-            fast_args = (*fast_args[:3], args[3], args[4], *fast_args[5:])
-        assert tuple(map(_arg_view, fast_args)) == tuple(map(_arg_view, args)), key
-        want = (grid, tuple(consts.items()), tuple(fp8_mod._backend.arg_spec(a) for a in args))
-        assert plans.setdefault((*key, consts["USE_PDL"]), want) == want, key
-    assert taken >= 200 and refused >= 40, (taken, refused)
+    taken = refused = work_lists = repeats = 0
+    for sms, past in ((132, None), (1, 0)):  # then every masked call on the work list, 16 programs
+        monkeypatch.setitem(fp8_mod._backend._SM_COUNT, -1, sms)
+        if past is not None:
+            monkeypatch.setattr(fp8_mod, "WORK_LIST_PAST", past)
+            monkeypatch.setattr(fp8_mod, "WORK_LIST_PAST_DECODE", past)
+        plans = {}
+        for _ in range(2):  # the same metadata twice, on new tensors: every key is met again
+            for src, act, w, masked, group, ue8m0, column_major, out, pdl in _hot_path_calls(gen):
+                checked = fp8_mod._fast_checks(src, act, w, masked, group, ue8m0, column_major, out, pdl)
+                launches.clear()
+                try:
+                    _general(src, act, w, masked, group, ue8m0, column_major, out, pdl)
+                    general_ok = True
+                except (TypeError, ValueError):
+                    general_ok = False
+                if checked is None:
+                    refused += 1
+                    continue
+                taken += 1
+                assert general_ok, (tuple(src.shape), tuple(src.stride()), act, group)
+                assert len(launches) == 1
+                grid, args, consts = launches[0]
+                work_lists += bool(consts["WORK_LIST"])
+                key, fast_args, q, s = checked
+                if out is not None:
+                    assert q is out[0] and s is out[1]
+                else:  # the hot path allocated its own outputs: same layout, other addresses
+                    fast_args = (*fast_args[:3], args[3], args[4], *fast_args[5:])
+                assert tuple(map(_arg_view, fast_args)) == tuple(map(_arg_view, args)), key
+                want = (grid, tuple(consts.items()), tuple(fp8_mod._backend.arg_spec(a) for a in args))
+                pkey = (*key, consts["USE_PDL"])  # ``_fast_launch`` appends the PDL setting
+                repeats += pkey in plans
+                assert plans.setdefault(pkey, want) == want, key
+    assert taken >= 800 and refused >= 160 and work_lists >= 50 and repeats >= 300, (
+        taken, refused, work_lists, repeats,
+    )  # fmt: skip
 
 
 @gpu_only
