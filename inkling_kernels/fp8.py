@@ -50,7 +50,7 @@ import triton.language as tl
 from . import _backend
 from ._validate import FLOAT_DTYPES, check_same_device, check_tensor
 from .reference import FP8_EPS
-from .silu_and_mul import INT32_LIMIT, _silu_mul
+from .silu_and_mul import _ELEMENT_SIZE, INT32_LIMIT, _silu_mul, _Tensor
 
 ACT_NONE, ACT_INTERLEAVED, ACT_NON_INTERLEAVED = 0, 1, 2
 FP8_DTYPE = torch.float8_e4m3fn
@@ -1125,8 +1125,6 @@ def _launch_key(index: int, args: tuple, consts: dict, warps: int, pdl: bool) ->
 # ---------------------------------------------------------------------------------------------
 # the hot path of a CUDA call (as ``silu_and_mul``'s ``_fast_cuda``)
 
-_Tensor = torch.Tensor
-_ELEMENT_SIZE = {torch.bfloat16: 2, torch.float16: 2, torch.float32: 4}
 _COUNT_SIZE = {torch.int32: 4, torch.int64: 8}
 #: plan key (``_fast_launch``) -> (thin launcher key, constexpr values, grid0, grid1, ``_knobs()``) of
 #: the launch the general path made for a call with that metadata
@@ -1248,6 +1246,7 @@ def _fast_checks(src, act, w, masked_m, group_size, ue8m0, column_major, out, en
     if out is None:
         q = torch.empty((*lead, N), dtype=FP8_DTYPE, device=src.device)
         scales = empty_scales(lead, G, column_major, src.device)
+        q_lo, s_lo = q.data_ptr(), scales.data_ptr()
     else:
         if out.__class__ is not tuple or len(out) != 2:
             return None
@@ -1271,7 +1270,6 @@ def _fast_checks(src, act, w, masked_m, group_size, ue8m0, column_major, out, en
         for a, b in spans:
             if (a < q_hi and q_lo < b) or (a < s_hi and s_lo < b):
                 return None
-    q_lo, s_lo = q.data_ptr(), scales.data_ptr()
     t_pad = _round_up(T, 4) if column_major else T
     s0, s1_, s2 = s_strides if nd == 3 else (0, *s_strides)
     key = (
