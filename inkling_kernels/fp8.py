@@ -538,6 +538,40 @@ def _fp8_group_tile(
     tl.store(s_ptr + s_off, s, mask=(valid | pad)[:, None] & g_ok[None, :])
 
 
+@triton.jit
+def _work_counts(masked_m_ptr, E, T, T_PAD, BLOCK_M: tl.constexpr, G_TILES: tl.constexpr, E_POW2: tl.constexpr):
+    """The masked work list over the experts' counts: each expert's rows present (clamped to
+    [0, T]), row tiles holding a present row, items listed (those row tiles, and the tiles holding
+    a padding scale row only, times the group tiles), the running end of the items and their total."""
+    eo = tl.arange(0, E_POW2)
+    cnt = tl.load(masked_m_ptr + eo, mask=eo < E, other=0).to(tl.int32)
+    cnt = tl.minimum(tl.maximum(cnt, 0), T)
+    rt = (cnt + BLOCK_M - 1) // BLOCK_M  # row tiles holding a present row
+    pad_lo = T // BLOCK_M  # row tiles holding a padding row: [pad_lo, pad_hi)
+    pad_hi = (T_PAD + BLOCK_M - 1) // BLOCK_M
+    extra = tl.where((T_PAD > T) & (eo < E), tl.maximum(pad_hi - tl.maximum(rt, pad_lo), 0), 0)
+    tiles = (rt + extra) * G_TILES
+    return eo, cnt, rt, tiles, tl.cumsum(tiles, 0), tl.sum(tiles, 0)
+
+
+@triton.jit
+def _work_item(t, eo, ends, tiles, rt, cnt, pad_lo, G_TILES: tl.constexpr):
+    """Work item ``t``: its expert, row tile (a tile holding a present row, or past them one holding
+    a padding scale row only), group tile, the expert's rows present, and the end of the run of
+    items from ``t`` whose row tiles follow one another (the expert's present tiles, or its padding
+    tiles)."""
+    e = tl.sum((ends <= t).to(tl.int32), 0)
+    sel = eo == e
+    end_e = tl.sum(tl.where(sel, ends, 0), 0)
+    local = t - (end_e - tl.sum(tl.where(sel, tiles, 0), 0))
+    j = local // G_TILES
+    rt_e = tl.sum(tl.where(sel, rt, 0), 0)
+    present = j < rt_e
+    pid_m = tl.where(present, j, tl.maximum(rt_e, pad_lo) + (j - rt_e))
+    run_end = tl.where(present, t - local + rt_e * G_TILES, end_e)
+    return e, pid_m, local % G_TILES, tl.sum(tl.where(sel, cnt, 0), 0), run_end
+
+
 @triton.jit(do_not_specialize=["T", "T_PAD", "E"])
 def _fp8_group_kernel(
     x_ptr,  # ACT_NONE: x[E, T, N]; otherwise gateup[E, T, 2N] in the layout ACT names
@@ -567,6 +601,7 @@ def _fp8_group_kernel(
     BLOCK_G: tl.constexpr,  # groups a program
     E_POW2: tl.constexpr,  # HAS_MASK: next power of two >= E
     WORK_LIST: tl.constexpr,  # HAS_MASK: a grid-sized work list instead of a program per tile slot
+    CHUNKED: tl.constexpr,  # WORK_LIST: each program a run of consecutive items (else items p, p + P, ...)
     INT64: tl.constexpr,
     USE_PDL: tl.constexpr,
     HW: tl.constexpr,  # compiled on sm_89+: hardware e4m3 conversion and fp32 max; else integer ops
@@ -587,17 +622,36 @@ def _fp8_group_kernel(
         # expert after expert, shared out over a grid sized to the GPU: the time follows the
         # rows present, not E x T (an empty tile is never visited). Every program reads the E
         # counts itself, so nothing is read back on the host.
-        eo = tl.arange(0, E_POW2)
-        cnt = tl.load(masked_m_ptr + eo, mask=eo < E, other=0).to(tl.int32)
-        cnt = tl.minimum(tl.maximum(cnt, 0), T)
-        rt = (cnt + BLOCK_M - 1) // BLOCK_M  # row tiles holding a present row
+        eo, cnt, rt, tiles, ends, total = _work_counts(masked_m_ptr, E, T, T_PAD, BLOCK_M, G_TILES, E_POW2)
         pad_lo = T // BLOCK_M  # row tiles holding a padding row: [pad_lo, pad_hi)
-        pad_hi = (T_PAD + BLOCK_M - 1) // BLOCK_M
-        extra = tl.where((T_PAD > T) & (eo < E), tl.maximum(pad_hi - tl.maximum(rt, pad_lo), 0), 0)
-        tiles = (rt + extra) * G_TILES
-        ends = tl.cumsum(tiles, 0)
-        total = tl.sum(tiles, 0)
         t = tl.program_id(0)
+        if CHUNKED:
+            # program p takes a run of consecutive items, as even as the counts allow: its first
+            # item's expert and tiles come from the counts; each item after it steps the group and
+            # row tile, and only a run that crosses into the next expert looks the counts up again
+            share = total // tl.num_programs(0)
+            extra_items = total % tl.num_programs(0)
+            stop = t * share + tl.minimum(t, extra_items) + share + (t < extra_items).to(tl.int32)
+            t = t * share + tl.minimum(t, extra_items)
+            while t < stop:
+                # one run of items in one expert whose row tiles follow one another (its tiles with
+                # a present row, or those with a padding scale row only): looked up once, stepped
+                e, pid_m, gt, n_e, run_end = _work_item(t, eo, ends, tiles, rt, cnt, pad_lo, G_TILES)
+                run_end = tl.minimum(run_end, stop)
+                while t < run_end:
+                    _fp8_group_tile(
+                        e, pid_m, gt, n_e,
+                        x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
+                        stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm,
+                        stride_sg, N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS,
+                        FTZ_EXP, BF16_BITS, FAST_SCALE, WARP_REDUX,
+                    )  # fmt: skip
+                    t += 1
+                    gt += 1
+                    wrap = gt == G_TILES
+                    pid_m += wrap.to(tl.int32)
+                    gt = tl.where(wrap, 0, gt)
+            t = total  # the round-robin loop below is skipped
         while t < total:  # a while loop: the interpreter cannot take tensor range bounds
             e = tl.sum((ends <= t).to(tl.int32), 0)
             sel = eo == e
@@ -684,6 +738,7 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
 WORK_LIST_PAST = 1
 WORK_LIST_PAST_DECODE = 4  # decode tiles (one row, <= 512 elements): the threshold of experiment H, not remeasured
 WORK_LIST_PER_SM = 16
+WORK_LIST_CHUNKED = False  # experiment AA: each program a run of consecutive items
 
 
 def _resident_programs(device: torch.device, interpreted: bool) -> int:
@@ -1069,6 +1124,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         BLOCK_G=block_g,
         E_POW2=1 << (E - 1).bit_length() if work_list else 1,
         WORK_LIST=work_list,
+        CHUNKED=work_list and WORK_LIST_CHUNKED,
         INT64=int64,
         PAIR_WORDS=pair_words,
         USE_PDL=enable_pdl,
@@ -1141,7 +1197,7 @@ def _knobs() -> tuple:
     return (
         _launch_config, _kernel_flags, _hw_e4m3, _pair_words, _warp_redux_ok, _programs_an_sm, _PROGRAMS_AN_SM,
         _occupancy, _resident_programs, _launch_kernel, _launch_key, _canonical_scales, _scale_shape, empty_scales,
-        WORK_LIST_PAST, WORK_LIST_PAST_DECODE, WORK_LIST_PER_SM, DECODE_ROWS, DIV_16BIT, INT32_LIMIT,
+        WORK_LIST_PAST, WORK_LIST_PAST_DECODE, WORK_LIST_PER_SM, WORK_LIST_CHUNKED, DECODE_ROWS, DIV_16BIT, INT32_LIMIT,
         _backend.uses_interpreter, _backend.cuda_index, _backend.capability, _backend.sm_count,
     )  # fmt: skip
 

@@ -883,6 +883,23 @@ def masked_z() -> list[dict]:
     return _masked_variant_rows(256, ragged, (sum(ragged), 2048), Z_VARIANTS, "Z, T = 256")
 
 
+# Experiment AA: the work list with each program taking a run of consecutive items
+# (``WORK_LIST_CHUNKED``): the expert and tiles are looked up once a run (the counts' reductions)
+# and stepped from item to item, against items p, p + P, ... each looked up from the counts. The
+# run's program holds 56 registers (9 an SM) against 48 (10 an SM).
+AA_VARIANTS = {"launched": {}, "chunked": {"WORK_LIST_CHUNKED": True}}
+
+
+def masked_aa() -> list[dict]:
+    ragged = tuple(fp8_bench.MASKED_COUNTS)
+    rows = _masked_variant_rows(256, ragged, (sum(ragged), 2048), AA_VARIANTS, "AA, T = 256")
+    for T in (512, 2048):
+        rows += _masked_variant_rows(T, ragged, (sum(ragged),), AA_VARIANTS, f"AA, T = {T}, 921 rows")
+    big = tuple(8 * c for c in ragged)
+    rows += _masked_variant_rows(2048, big, (sum(big),), AA_VARIANTS, "AA, T = 2048 x 8")
+    return rows
+
+
 def _masked_host() -> list[dict]:
     """Host us per call (``hostbench._per_call_us``: back-to-back eager calls, outputs preallocated,
     PDL on) of the fused op: masked on the work list (T = 2048), masked on the tile slots (T = 256,
@@ -992,6 +1009,7 @@ def main(argv: list[str]) -> int:
                 "masked_x": masked_x,
                 "masked_y": masked_y,
                 "masked_z": masked_z,
+                "masked_aa": masked_aa,
                 "masked_host": _masked_host,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
