@@ -602,6 +602,8 @@ def _fp8_group_kernel(
     E_POW2: tl.constexpr,  # HAS_MASK: next power of two >= E
     WORK_LIST: tl.constexpr,  # HAS_MASK: a grid-sized work list instead of a program per tile slot
     CHUNKED: tl.constexpr,  # WORK_LIST: each program a run of consecutive items (else items p, p + P, ...)
+    PACK_E_BITS: tl.constexpr,  # WORK_LIST: > 0: an item's expert, rows present and first item in one int32
+    PACK_CNT_BITS: tl.constexpr,  # (the expert in the low PACK_E_BITS, the rows in the next PACK_CNT_BITS)
     INT64: tl.constexpr,
     USE_PDL: tl.constexpr,
     HW: tl.constexpr,  # compiled on sm_89+: hardware e4m3 conversion and fp32 max; else integer ops
@@ -652,15 +654,28 @@ def _fp8_group_kernel(
                     pid_m += wrap.to(tl.int32)
                     gt = tl.where(wrap, 0, gt)
             t = total  # the round-robin loop below is skipped
+        if PACK_E_BITS > 0:
+            # each expert's lane holds its number, rows present and first item in one word: an
+            # item's lookup is then one reduction over the lane whose items hold it
+            starts = ends - tiles
+            packed = (starts << (PACK_E_BITS + PACK_CNT_BITS)) | (cnt << PACK_E_BITS) | eo
         while t < total:  # a while loop: the interpreter cannot take tensor range bounds
-            e = tl.sum((ends <= t).to(tl.int32), 0)
-            sel = eo == e
-            local = t - tl.sum(tl.where(sel, ends - tiles, 0), 0)
+            if PACK_E_BITS > 0:
+                word = tl.sum(tl.where((starts <= t) & (t < ends), packed, 0), 0)
+                e = word & ((1 << PACK_E_BITS) - 1)
+                n_e = (word >> PACK_E_BITS) & ((1 << PACK_CNT_BITS) - 1)
+                local = t - (word >> (PACK_E_BITS + PACK_CNT_BITS))
+                rt_e = (n_e + BLOCK_M - 1) // BLOCK_M
+            else:
+                e = tl.sum((ends <= t).to(tl.int32), 0)
+                sel = eo == e
+                local = t - tl.sum(tl.where(sel, ends - tiles, 0), 0)
+                rt_e = tl.sum(tl.where(sel, rt, 0), 0)
+                n_e = tl.sum(tl.where(sel, cnt, 0), 0)
             j = local // G_TILES
-            rt_e = tl.sum(tl.where(sel, rt, 0), 0)
             pid_m = tl.where(j < rt_e, j, tl.maximum(rt_e, pad_lo) + (j - rt_e))
             _fp8_group_tile(
-                e, pid_m, local % G_TILES, tl.sum(tl.where(sel, cnt, 0), 0),
+                e, pid_m, local % G_TILES, n_e,
                 x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
                 stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
                 N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
@@ -739,6 +754,19 @@ WORK_LIST_PAST = 1
 WORK_LIST_PAST_DECODE = 4  # decode tiles (one row, <= 512 elements): the threshold of experiment H, not remeasured
 WORK_LIST_PER_SM = 16
 WORK_LIST_CHUNKED = False  # experiment AA: each program a run of consecutive items
+WORK_LIST_PACKED = False  # experiment AB: an item's lookup as one reduction over packed words
+
+
+def _pack_bits(on: bool, E: int, T: int, t_pad: int, block_m: int, g_tiles: int) -> dict:
+    """The work list's packed lookup (``PACK_E_BITS``, ``PACK_CNT_BITS``): an expert's number below
+    its rows present (at most T) below its first item (under its items' total), when the three fit
+    in 31 bits; else (0, 0), the lookup in four reductions."""
+    e_bits = max(1, (E - 1).bit_length())
+    cnt_bits = T.bit_length()
+    start_bits = (E * -(-t_pad // block_m) * g_tiles).bit_length()
+    if not on or e_bits + cnt_bits + start_bits > 31:
+        return {"PACK_E_BITS": 0, "PACK_CNT_BITS": 0}
+    return {"PACK_E_BITS": e_bits, "PACK_CNT_BITS": cnt_bits}
 
 
 def _resident_programs(device: torch.device, interpreted: bool) -> int:
@@ -1125,6 +1153,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         E_POW2=1 << (E - 1).bit_length() if work_list else 1,
         WORK_LIST=work_list,
         CHUNKED=work_list and WORK_LIST_CHUNKED,
+        **_pack_bits(work_list and WORK_LIST_PACKED, E, T, t_pad, block_m, -(-(N // group_size) // block_g)),
         INT64=int64,
         PAIR_WORDS=pair_words,
         USE_PDL=enable_pdl,
@@ -1197,7 +1226,7 @@ def _knobs() -> tuple:
     return (
         _launch_config, _kernel_flags, _hw_e4m3, _pair_words, _warp_redux_ok, _programs_an_sm, _PROGRAMS_AN_SM,
         _occupancy, _resident_programs, _launch_kernel, _launch_key, _canonical_scales, _scale_shape, empty_scales,
-        WORK_LIST_PAST, WORK_LIST_PAST_DECODE, WORK_LIST_PER_SM, WORK_LIST_CHUNKED, DECODE_ROWS, DIV_16BIT, INT32_LIMIT,
+        WORK_LIST_PAST, WORK_LIST_PAST_DECODE, WORK_LIST_PER_SM, WORK_LIST_CHUNKED, WORK_LIST_PACKED, DECODE_ROWS, DIV_16BIT, INT32_LIMIT,
         _backend.uses_interpreter, _backend.cuda_index, _backend.capability, _backend.sm_count,
     )  # fmt: skip
 

@@ -900,6 +900,25 @@ def masked_aa() -> list[dict]:
     return rows
 
 
+# Experiment AB: the work list's lookup of an item as one reduction over a word a lane (the
+# expert, its rows present and its first item packed in an int32: ``WORK_LIST_PACKED``) instead of
+# four reductions over the counts; 48 registers either way. And the runs of AA with it.
+AB_VARIANTS = {
+    "launched": {},
+    "packed": {"WORK_LIST_PACKED": True},
+}
+
+
+def masked_ab() -> list[dict]:
+    ragged = tuple(fp8_bench.MASKED_COUNTS)
+    rows = _masked_variant_rows(256, ragged, (sum(ragged), 2048), AB_VARIANTS, "AB, T = 256")
+    for T in (512, 2048):
+        rows += _masked_variant_rows(T, ragged, (sum(ragged),), AB_VARIANTS, f"AB, T = {T}, 921 rows")
+    big = tuple(8 * c for c in ragged)
+    rows += _masked_variant_rows(2048, big, (sum(big),), AB_VARIANTS, "AB, T = 2048 x 8")
+    return rows
+
+
 def _masked_host() -> list[dict]:
     """Host us per call (``hostbench._per_call_us``: back-to-back eager calls, outputs preallocated,
     PDL on) of the fused op: masked on the work list (T = 2048), masked on the tile slots (T = 256,
@@ -1010,6 +1029,7 @@ def main(argv: list[str]) -> int:
                 "masked_y": masked_y,
                 "masked_z": masked_z,
                 "masked_aa": masked_aa,
+                "masked_ab": masked_ab,
                 "masked_host": _masked_host,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)

@@ -12,6 +12,8 @@ Cases (E = 8, N = 3072, gate || up, row-major scales, PDL off under the profiler
 - ``masked_full`` / ``masked_full_chunked``: every expert full at T = 256 (2048 rows), the work list
   as launched, and with runs of consecutive items (``WORK_LIST_CHUNKED``);
 - ``masked_921`` / ``masked_921_chunked``: the benchmark's ragged counts (921 rows);
+- ``masked_full_packed`` / ``masked_921_packed`` (experiment AB): the item's lookup as one
+  reduction over packed words (``WORK_LIST_PACKED``);
 - ``2d_921``: those rows as one 2-D call.
 """
 
@@ -35,15 +37,17 @@ def main(argv: list[str]) -> int:
     out = (torch.empty((E, T, N), dtype=torch.float8_e4m3fn, device="cuda"), empty_scales((E, T), N // 128, False, "cuda"))
     calls = []
 
-    def masked(counts, chunked):
+    def masked(counts, knob=None):
         m = torch.tensor(counts, dtype=torch.int32, device="cuda")
 
         def call():
-            fp8_mod.WORK_LIST_CHUNKED = chunked
+            if knob:
+                setattr(fp8_mod, knob, True)
             try:
                 op(gateup, masked_m=m, out=out, interleaved=False, enable_pdl=False)
             finally:
-                fp8_mod.WORK_LIST_CHUNKED = False
+                if knob:
+                    setattr(fp8_mod, knob, False)
 
         return call
 
@@ -55,10 +59,12 @@ def main(argv: list[str]) -> int:
     ragged = tuple(fp8_bench.MASKED_COUNTS)
     cases = {
         "2d_2048": flat(2048),
-        "masked_full": masked((T,) * E, False),
-        "masked_full_chunked": masked((T,) * E, True),
-        "masked_921": masked(ragged, False),
-        "masked_921_chunked": masked(ragged, True),
+        "masked_full": masked((T,) * E),
+        "masked_full_chunked": masked((T,) * E, "WORK_LIST_CHUNKED"),
+        "masked_full_packed": masked((T,) * E, "WORK_LIST_PACKED"),
+        "masked_921": masked(ragged),
+        "masked_921_chunked": masked(ragged, "WORK_LIST_CHUNKED"),
+        "masked_921_packed": masked(ragged, "WORK_LIST_PACKED"),
         "2d_921": flat(sum(ragged)),
     }
     for fn in cases.values():  # compile and query occupancy outside the profiled range
