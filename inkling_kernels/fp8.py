@@ -554,24 +554,6 @@ def _work_counts(masked_m_ptr, E, T, T_PAD, BLOCK_M: tl.constexpr, G_TILES: tl.c
     return eo, cnt, rt, tiles, tl.cumsum(tiles, 0), tl.sum(tiles, 0)
 
 
-@triton.jit
-def _work_item(t, eo, ends, tiles, rt, cnt, pad_lo, G_TILES: tl.constexpr):
-    """Work item ``t``: its expert, row tile (a tile holding a present row, or past them one holding
-    a padding scale row only), group tile, the expert's rows present, and the end of the run of
-    items from ``t`` whose row tiles follow one another (the expert's present tiles, or its padding
-    tiles)."""
-    e = tl.sum((ends <= t).to(tl.int32), 0)
-    sel = eo == e
-    end_e = tl.sum(tl.where(sel, ends, 0), 0)
-    local = t - (end_e - tl.sum(tl.where(sel, tiles, 0), 0))
-    j = local // G_TILES
-    rt_e = tl.sum(tl.where(sel, rt, 0), 0)
-    present = j < rt_e
-    pid_m = tl.where(present, j, tl.maximum(rt_e, pad_lo) + (j - rt_e))
-    run_end = tl.where(present, t - local + rt_e * G_TILES, end_e)
-    return e, pid_m, local % G_TILES, tl.sum(tl.where(sel, cnt, 0), 0), run_end
-
-
 @triton.jit(do_not_specialize=["T", "T_PAD", "E"])
 def _fp8_group_kernel(
     x_ptr,  # ACT_NONE: x[E, T, N]; otherwise gateup[E, T, 2N] in the layout ACT names
@@ -601,7 +583,6 @@ def _fp8_group_kernel(
     BLOCK_G: tl.constexpr,  # groups a program
     E_POW2: tl.constexpr,  # HAS_MASK: next power of two >= E
     WORK_LIST: tl.constexpr,  # HAS_MASK: a grid-sized work list instead of a program per tile slot
-    CHUNKED: tl.constexpr,  # WORK_LIST: each program a run of consecutive items (else items p, p + P, ...)
     PACK_E_BITS: tl.constexpr,  # WORK_LIST: > 0: an item's expert, rows present and first item in one int32
     PACK_CNT_BITS: tl.constexpr,  # (the expert in the low PACK_E_BITS, the rows in the next PACK_CNT_BITS)
     INT64: tl.constexpr,
@@ -627,33 +608,6 @@ def _fp8_group_kernel(
         eo, cnt, rt, tiles, ends, total = _work_counts(masked_m_ptr, E, T, T_PAD, BLOCK_M, G_TILES, E_POW2)
         pad_lo = T // BLOCK_M  # row tiles holding a padding row: [pad_lo, pad_hi)
         t = tl.program_id(0)
-        if CHUNKED:
-            # program p takes a run of consecutive items, as even as the counts allow: its first
-            # item's expert and tiles come from the counts; each item after it steps the group and
-            # row tile, and only a run that crosses into the next expert looks the counts up again
-            share = total // tl.num_programs(0)
-            extra_items = total % tl.num_programs(0)
-            stop = t * share + tl.minimum(t, extra_items) + share + (t < extra_items).to(tl.int32)
-            t = t * share + tl.minimum(t, extra_items)
-            while t < stop:
-                # one run of items in one expert whose row tiles follow one another (its tiles with
-                # a present row, or those with a padding scale row only): looked up once, stepped
-                e, pid_m, gt, n_e, run_end = _work_item(t, eo, ends, tiles, rt, cnt, pad_lo, G_TILES)
-                run_end = tl.minimum(run_end, stop)
-                while t < run_end:
-                    _fp8_group_tile(
-                        e, pid_m, gt, n_e,
-                        x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
-                        stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm,
-                        stride_sg, N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS,
-                        FTZ_EXP, BF16_BITS, FAST_SCALE, WARP_REDUX,
-                    )  # fmt: skip
-                    t += 1
-                    gt += 1
-                    wrap = gt == G_TILES
-                    pid_m += wrap.to(tl.int32)
-                    gt = tl.where(wrap, 0, gt)
-            t = total  # the round-robin loop below is skipped
         if PACK_E_BITS > 0:
             # each expert's lane holds its number, rows present and first item in one word: an
             # item's lookup is then one reduction over the lane whose items hold it
@@ -749,18 +703,22 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
 # pipeliner, larger programs, the slots in row order across the experts; each lost where the rows
 # are present. Experiments V, W, X and Y: fewer registers, items of 1024 and 4096 elements, items
 # past the first round drawn from a counter in device memory; none gained 5% on full experts
-# without losing elsewhere.
+# without losing elsewhere. Nsight Compute (experiment AA): at these sizes with warm L2 the calls
+# are issue-bound (about 3.1 instructions a cycle of the 4 an SM issues), so the work list's cost
+# is its instructions: 18% more than the 2-D call's on full experts, its prologue and each item's
+# lookup. Runs of consecutive items a program (AA) cut them 2% and lost a program an SM; the
+# lookup in one reduction over packed words (AB, ``_pack_bits``) cut them 2% and the time 2-4%.
 WORK_LIST_PAST = 1
 WORK_LIST_PAST_DECODE = 4  # decode tiles (one row, <= 512 elements): the threshold of experiment H, not remeasured
 WORK_LIST_PER_SM = 16
-WORK_LIST_CHUNKED = False  # experiment AA: each program a run of consecutive items
-WORK_LIST_PACKED = False  # experiment AB: an item's lookup as one reduction over packed words
 
 
 def _pack_bits(on: bool, E: int, T: int, t_pad: int, block_m: int, g_tiles: int) -> dict:
     """The work list's packed lookup (``PACK_E_BITS``, ``PACK_CNT_BITS``): an expert's number below
     its rows present (at most T) below its first item (under its items' total), when the three fit
-    in 31 bits; else (0, 0), the lookup in four reductions."""
+    in 31 bits (a non-negative int32); else (0, 0), the lookup in four reductions over the counts.
+    An item's lookup is then one reduction (3 shuffles a warp) instead of four (12): experiment AB,
+    2-4% faster where the work list is taken, never slower by more than the spread."""
     e_bits = max(1, (E - 1).bit_length())
     cnt_bits = T.bit_length()
     start_bits = (E * -(-t_pad // block_m) * g_tiles).bit_length()
@@ -1152,8 +1110,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         BLOCK_G=block_g,
         E_POW2=1 << (E - 1).bit_length() if work_list else 1,
         WORK_LIST=work_list,
-        CHUNKED=work_list and WORK_LIST_CHUNKED,
-        **_pack_bits(work_list and WORK_LIST_PACKED, E, T, t_pad, block_m, -(-(N // group_size) // block_g)),
+        **_pack_bits(work_list, E, T, t_pad, block_m, -(-(N // group_size) // block_g)),
         INT64=int64,
         PAIR_WORDS=pair_words,
         USE_PDL=enable_pdl,
@@ -1226,7 +1183,7 @@ def _knobs() -> tuple:
     return (
         _launch_config, _kernel_flags, _hw_e4m3, _pair_words, _warp_redux_ok, _programs_an_sm, _PROGRAMS_AN_SM,
         _occupancy, _resident_programs, _launch_kernel, _launch_key, _canonical_scales, _scale_shape, empty_scales,
-        WORK_LIST_PAST, WORK_LIST_PAST_DECODE, WORK_LIST_PER_SM, WORK_LIST_CHUNKED, WORK_LIST_PACKED, DECODE_ROWS, DIV_16BIT, INT32_LIMIT,
+        WORK_LIST_PAST, WORK_LIST_PAST_DECODE, WORK_LIST_PER_SM, _pack_bits, DECODE_ROWS, DIV_16BIT, INT32_LIMIT,
         _backend.uses_interpreter, _backend.cuda_index, _backend.capability, _backend.sm_count,
     )  # fmt: skip
 

@@ -407,13 +407,19 @@ def test_masked_work_list_over_tiles_and_grids(gen, device, monkeypatch, tile, p
 
 @pytest.mark.parametrize("tile", [(8, 1), (16, 2)])
 @pytest.mark.parametrize("per_sm", [1, 4, 64])
-def test_masked_work_list_with_weights_and_layouts(gen, device, monkeypatch, tile, per_sm):
+@pytest.mark.parametrize("packed", [True, False])
+def test_masked_work_list_with_weights_and_layouts(gen, device, monkeypatch, tile, per_sm, packed):
     """The work list (forced by ``WORK_LIST_PAST = 0``) on grids of one program doing every tile, a
     few, more than there are tiles (``WORK_LIST_PER_SM`` programs an SM of four), T = 70 (a
     column-major buffer pads it to 72, in a tile some counts reach and others leave to a padding
     item), interleaved with weights and gate || up without, both scale layouts: the unfused bits
-    on the rows present, the poison everywhere else; counts above T, negative and zero included."""
+    on the rows present, the poison everywhere else; counts above T, negative and zero included.
+    Both lookups of an item: one reduction over packed words (``_pack_bits``, taken whenever they
+    fit) and the four reductions taken when they don't."""
     from inkling_kernels import fp8 as fp8_mod
+
+    if not packed:
+        monkeypatch.setattr(fp8_mod, "_pack_bits", lambda *a: {"PACK_E_BITS": 0, "PACK_CNT_BITS": 0})
 
     E, T, N, mm = 5, 70, 256, [0, 3, 70, 90, -2]
     block_m, block_g = tile
@@ -441,11 +447,32 @@ def test_masked_work_list_with_weights_and_layouts(gen, device, monkeypatch, til
         )
         (grid, kw), *_ = launched
         assert kw["WORK_LIST"] is True and grid == (4 * per_sm, 1), grid
+        # E = 5: 3 bits; T = 70: 7 bits; first items under 5 x (72 / block_m) x the group tiles
+        assert (kw["PACK_E_BITS"], kw["PACK_CNT_BITS"]) == ((3, 7) if packed else (0, 0))
         act, (uq, us) = _unfused(gateup, weights, interleaved, 128, False, column_major)
         assert bits_equal(q.cpu()[present], uq.cpu()[present]) and bits_equal(s.cpu()[present], us.cpu()[present])
         assert bool((_bytes(q)[~present] == POISON_Q).all()) and bool(torch.isnan(s.cpu()[~present]).all())
         if column_major:
             assert bool((_scale_buffer(s, True).cpu()[..., T:] == 0).all())
+
+
+def test_work_list_pack_bits():
+    """The packed lookup's fields (``fp8._pack_bits``): the expert's number in the bits of E - 1
+    (at least one), the rows present in those of T, the first item above them; taken while the
+    three fit in 31 bits (a non-negative int32), else the four-reduction lookup (0, 0); never
+    outside the work list."""
+    from inkling_kernels.fp8 import _pack_bits
+
+    assert _pack_bits(True, 8, 256, 256, 2, 3) == {"PACK_E_BITS": 3, "PACK_CNT_BITS": 9}  # + 12 bits of items
+    assert _pack_bits(True, 1, 1, 4, 1, 1) == {"PACK_E_BITS": 1, "PACK_CNT_BITS": 1}
+    assert _pack_bits(True, 9, 70, 72, 8, 2) == {"PACK_E_BITS": 4, "PACK_CNT_BITS": 7}
+    # 3 + 16 + 12 = 31 bits (8 experts, T = 2**15, 2048 items at most): packed; a bit more of
+    # rows, or of items: 32, not
+    assert _pack_bits(True, 8, 2**15, 2**15, 2**14, 128) == {"PACK_E_BITS": 3, "PACK_CNT_BITS": 16}
+    assert _pack_bits(True, 8, 2**16, 2**16, 2**15, 128) == {"PACK_E_BITS": 0, "PACK_CNT_BITS": 0}
+    assert _pack_bits(True, 8, 2**15, 2**15, 2**14, 256) == {"PACK_E_BITS": 0, "PACK_CNT_BITS": 0}
+    assert _pack_bits(True, 8, 2**20, 2**20, 2, 3) == {"PACK_E_BITS": 0, "PACK_CNT_BITS": 0}
+    assert _pack_bits(False, 8, 256, 256, 2, 3) == {"PACK_E_BITS": 0, "PACK_CNT_BITS": 0}
 
 
 def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):

@@ -883,10 +883,11 @@ def masked_z() -> list[dict]:
     return _masked_variant_rows(256, ragged, (sum(ragged), 2048), Z_VARIANTS, "Z, T = 256")
 
 
-# Experiment AA: the work list with each program taking a run of consecutive items
-# (``WORK_LIST_CHUNKED``): the expert and tiles are looked up once a run (the counts' reductions)
-# and stepped from item to item, against items p, p + P, ... each looked up from the counts. The
-# run's program holds 56 registers (9 an SM) against 48 (10 an SM).
+# Experiment AA (a1c0c36; the knob was removed after it, the step needs that commit's package):
+# the work list with each program taking a run of consecutive items (``WORK_LIST_CHUNKED``): the
+# expert and tiles are looked up once a run (the counts' reductions) and stepped from item to
+# item, against items p, p + P, ... each looked up from the counts. The run's program holds 56
+# registers (9 an SM) against 48 (10 an SM).
 AA_VARIANTS = {"launched": {}, "chunked": {"WORK_LIST_CHUNKED": True}}
 
 
@@ -900,12 +901,14 @@ def masked_aa() -> list[dict]:
     return rows
 
 
-# Experiment AB: the work list's lookup of an item as one reduction over a word a lane (the
-# expert, its rows present and its first item packed in an int32: ``WORK_LIST_PACKED``) instead of
-# four reductions over the counts; 48 registers either way. And the runs of AA with it.
+# Experiment AB (818b358, where the packed lookup was a knob, off): the work list's lookup of an
+# item as one reduction over a word a lane (the expert, its rows present and its first item packed
+# in an int32: ``_pack_bits``) against four reductions over the counts; 48 registers either way.
+# Adopted after it: "launched" is now the packed lookup, and "four_reductions" the fallback it
+# takes when the fields don't fit (the record's "launched" and "packed" at 818b358).
 AB_VARIANTS = {
     "launched": {},
-    "packed": {"WORK_LIST_PACKED": True},
+    "four_reductions": {"_pack_bits": lambda *a: {"PACK_E_BITS": 0, "PACK_CNT_BITS": 0}},
 }
 
 

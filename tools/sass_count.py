@@ -91,7 +91,18 @@ def compile_program(warps=4, **over):
     sig = {"x_ptr": "*bf16", "w_ptr": "*fp32", "masked_m_ptr": "*i32", "q_ptr": "*u8", "s_ptr": "*fp32"}
     sig |= {"T": "i32", "T_PAD": "i32"} | dict.fromkeys(INTS, "i32")
     consts = dict(N=3072, GROUP=128, ACT=2, HAS_WEIGHT=False, HAS_MASK=False, UE8M0=False, BLOCK_M=16, BLOCK_G=1)
-    consts |= dict(E_POW2=1, WORK_LIST=False, CHUNKED=False, PACK_E_BITS=0, PACK_CNT_BITS=0, INT64=False, USE_PDL=True, HW=True, DIV=2, PAIR_WORDS=False)
+    consts |= dict(
+        E_POW2=1,
+        WORK_LIST=False,
+        CHUNKED=False,
+        PACK_E_BITS=0,
+        PACK_CNT_BITS=0,
+        INT64=False,
+        USE_PDL=True,
+        HW=True,
+        DIV=2,
+        PAIR_WORDS=False,
+    )
     consts |= dict(FTZ_EXP=True, BF16_BITS=True, FAST_SCALE=False, WARP_REDUX=False) | over
     sig |= dict.fromkeys(consts, "constexpr")
     attrs = {(i,): [["tt.divisibility", 16]] for i in [0, 1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15]}
