@@ -583,8 +583,8 @@ def _fp8_group_kernel(
     BLOCK_G: tl.constexpr,  # groups a program
     E_POW2: tl.constexpr,  # HAS_MASK: next power of two >= E
     WORK_LIST: tl.constexpr,  # HAS_MASK: a grid-sized work list instead of a program per tile slot
-    PACK_E_BITS: tl.constexpr,  # WORK_LIST: > 0: an item's expert, rows present and first item in one int32
-    PACK_CNT_BITS: tl.constexpr,  # (the expert in the low PACK_E_BITS, the rows in the next PACK_CNT_BITS)
+    PACK_E_BITS: tl.constexpr,  # WORK_LIST, > 0: the lookup over packed words (``_pack_bits``)
+    PACK_CNT_BITS: tl.constexpr,
     INT64: tl.constexpr,
     USE_PDL: tl.constexpr,
     HW: tl.constexpr,  # compiled on sm_89+: hardware e4m3 conversion and fp32 max; else integer ops
@@ -609,8 +609,7 @@ def _fp8_group_kernel(
         pad_lo = T // BLOCK_M  # row tiles holding a padding row: [pad_lo, pad_hi)
         t = tl.program_id(0)
         if PACK_E_BITS > 0:
-            # each expert's lane holds its number, rows present and first item in one word: an
-            # item's lookup is then one reduction over the lane whose items hold it
+            # an expert's number, rows present and first item in one word: one reduction a lookup
             starts = ends - tiles
             packed = (starts << (PACK_E_BITS + PACK_CNT_BITS)) | (cnt << PACK_E_BITS) | eo
         while t < total:  # a while loop: the interpreter cannot take tensor range bounds

@@ -70,7 +70,12 @@ MASKED = dict(N=3072, HAS_MASK=True, BLOCK_G=8)
 MASKED_VARIANTS = {
     "masked one a slot, 2048 elements / 4 warps": dict(MASKED, BLOCK_M=2),
     "masked one a slot, 4096 elements / 8 warps (launched 976c5a2-0705326)": dict(MASKED, BLOCK_M=4, warps=8),
-    "masked work list, 2048 elements / 4 warps": dict(MASKED, BLOCK_M=2, WORK_LIST=True, E_POW2=8),
+    "masked work list, 2048 elements / 4 warps (four-reduction lookup)": dict(
+        MASKED, BLOCK_M=2, WORK_LIST=True, E_POW2=8
+    ),
+    "masked work list, 2048 elements / 4 warps (packed lookup, launched since 69dcc87)": dict(
+        MASKED, BLOCK_M=2, WORK_LIST=True, E_POW2=8, PACK_E_BITS=3, PACK_CNT_BITS=9
+    ),
 }
 
 
@@ -94,7 +99,6 @@ def compile_program(warps=4, **over):
     consts |= dict(
         E_POW2=1,
         WORK_LIST=False,
-        CHUNKED=False,
         PACK_E_BITS=0,
         PACK_CNT_BITS=0,
         INT64=False,
