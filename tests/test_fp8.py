@@ -454,6 +454,15 @@ def test_masked_work_list_with_weights_and_layouts(gen, device, monkeypatch, til
         assert bool((_bytes(q)[~present] == POISON_Q).all()) and bool(torch.isnan(s.cpu()[~present]).all())
         if column_major:
             assert bool((_scale_buffer(s, True).cpu()[..., T:] == 0).all())
+    # no row present anywhere (no item but the padding scale rows of a column-major buffer): every
+    # byte and scale stays poisoned, the padding rows are zeroed
+    for column_major in (False, True):
+        out = _poisoned_out((E, T), N, 2, column_major, device)
+        zeros = torch.zeros(E, dtype=torch.int32, device=device)
+        q, s = silu_and_mul_fp8_group_quant(gateup, masked_m=zeros, column_major_scales=column_major, out=out)
+        assert bool((_bytes(q) == POISON_Q).all()) and bool(torch.isnan(s.cpu()).all())
+        if column_major:
+            assert bool((_scale_buffer(s, True).cpu()[..., T:] == 0).all())
 
 
 def test_work_list_pack_bits():
@@ -653,6 +662,43 @@ def test_occupancy_of_a_program():
     assert _occupancy(32, 64, 1, *h200) == 32  # 64 one-warp programs by threads: the 32-program limit
     assert _occupancy(32, 48 * 1024, 4, *h200) == 4  # shared memory: 4 x 49 KB of 228 KB
     assert _occupancy(32, 300 * 1024, 4, *h200) == 1  # never below one
+
+
+@gpu_only
+def test_gpu_work_list_packed_at_its_31_bit_limit(gen, monkeypatch):
+    """The packed lookup where its three fields fill 31 bits (2 + 13 + 16: E = 3, T = 4096, items
+    of one row and one group, N = 640: up to 61,440 items; the third expert's first item, 40,945,
+    sets the top bit of its field) and one bit past it (N = 768: 2 + 13 + 17, the four-reduction
+    lookup): both give the unfused bits on the rows present and leave the poison elsewhere, with
+    row-major and column-major scales."""
+    from inkling_kernels import fp8 as fp8_mod
+
+    launched = []
+    launch = fp8_mod._launch_kernel
+    monkeypatch.setattr(
+        fp8_mod,
+        "_launch_kernel",
+        lambda grid, dev, interp, a, kw: launched.append(kw) or launch(grid, dev, interp, a, kw),
+    )
+    monkeypatch.setattr(fp8_mod, "_fast_launch", lambda *a: None)
+    monkeypatch.setattr(fp8_mod, "_launch_config", lambda rows, G, group, interpreted: (1, 1, 4))
+    monkeypatch.setattr(fp8_mod, "WORK_LIST_PAST", 0)
+    E, T = 3, 4096
+    assert fp8_mod._pack_bits(True, E, T, T, 1, 5) == {"PACK_E_BITS": 2, "PACK_CNT_BITS": 13}
+    for N, bits in ((640, (2, 13)), (768, (0, 0))):
+        mm = torch.tensor([T, T - 3, T], dtype=torch.int32, device="cuda")
+        gateup = randn((E, T, 2 * N), torch.bfloat16, gen, "cuda")
+        present = torch.arange(T)[None, :] < mm.cpu()[:, None]
+        for column_major in (False, True):
+            out = _poisoned_out((E, T), N, N // 128, column_major, "cuda")
+            launched.clear()
+            q, s = silu_and_mul_fp8_group_quant(gateup, masked_m=mm, column_major_scales=column_major, out=out)
+            (kw,) = launched
+            assert kw["WORK_LIST"] is True and (kw["PACK_E_BITS"], kw["PACK_CNT_BITS"]) == bits, (N, kw)
+            act, (uq, us) = _unfused(gateup, None, True, 128, False, column_major)
+            assert bits_equal(q.cpu()[present], uq.cpu()[present]), (N, column_major)
+            assert bits_equal(s.cpu()[present], us.cpu()[present]), (N, column_major)
+            assert bool((_bytes(q)[~present] == POISON_Q).all()) and bool(torch.isnan(s.cpu()[~present]).all())
 
 
 @gpu_only
