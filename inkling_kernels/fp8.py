@@ -702,11 +702,12 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
 # pipeliner, larger programs, the slots in row order across the experts; each lost where the rows
 # are present. Experiments V, W, X and Y: fewer registers, items of 1024 and 4096 elements, items
 # past the first round drawn from a counter in device memory; none gained 5% on full experts
-# without losing elsewhere. Nsight Compute (experiment AA): at these sizes with warm L2 the calls
-# are issue-bound (about 3.1 instructions a cycle of the 4 an SM issues), so the work list's cost
-# is its instructions: 18% more than the 2-D call's on full experts, its prologue and each item's
-# lookup. Runs of consecutive items a program (AA) cut them 2% and lost a program an SM; the
-# lookup in one reduction over packed words (AB, ``_pack_bits``) cut them 2% and the time 2-4%.
+# without losing elsewhere. Nsight Compute (experiment AA): at these sizes with warm L2 DRAM is
+# idle and the calls are instruction-sensitive (3.1 instructions a cycle while an SM is active);
+# the work list executes 18% more than the 2-D call on full experts, its prologue and each item's
+# lookup. Runs of consecutive items a program (AA) cut them 2%, gained no time and lost a program
+# an SM; the lookup in one reduction over packed words (AB, ``_pack_bits``) cut them 2% and the
+# time 2-4%.
 WORK_LIST_PAST = 1
 WORK_LIST_PAST_DECODE = 4  # decode tiles (one row, <= 512 elements): the threshold of experiment H, not remeasured
 WORK_LIST_PER_SM = 16
