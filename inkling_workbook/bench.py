@@ -777,8 +777,15 @@ FP8_PASSES = 5  # interleaved passes of every FP8 case: the M = 49152 medians mo
 #: a decode step reads an activation its GEMM has just written, so it is L2-warm in a server.
 FP8_COLD_MS = (1024, 8192)
 #: where the FP8 sweep's method differs from the silu sweep's (recorded with its rows)
+#: the name the ceiling's copy is timed under, in the passes of an M = 49152 case (not a CSV row)
+CEILING_COPY = "ceiling_copy_same_passes"
+
 FP8_TIMING = {
     "passes": FP8_PASSES,
+    "ceiling_same_passes": "at M = 49152 (warm) the FP8-pattern ceiling's copy, in the configuration the "
+    "run's ceiling search found best, is timed in the same interleaved passes as the case's "
+    "implementations: ceiling_same_passes_tbps, its pass medians in ceiling_same_passes_pass_us "
+    "(from the sweep after 7192cb8)",
     "output_policy": "fused and unfused write into preallocated outputs; torch.compile allocates its own",
     "pdl": "fused (and unfused) launch with PDL, the package default on sm_90: a graph of back-to-back "
     "calls lets each call's prologue overlap the previous call's tail. fused_no_pdl is the same kernel "
@@ -820,11 +827,29 @@ def _fp8_cold(case: dict) -> bool:
     return case["M"] in FP8_COLD_MS or case["masked_m"] is not None
 
 
-def bench_fp8(ceilings: dict, quick: bool = False, progress: bool = True, cold: bool = True) -> list[dict]:
+def _fp8_ceiling_copy(numel_out: int, cfg: dict) -> tuple[Callable[[], object], int]:
+    """The FP8-pattern ceiling's copy in the configuration :func:`stream_ceiling` found best
+    (``cfg``: block, warps, evict_first), on buffers of its own: (the call, bytes moved)."""
+    a, b = (torch.randn(numel_out, device="cuda").bfloat16() for _ in range(2))
+    out = torch.empty(numel_out, device="cuda", dtype=torch.uint8)
+    grid = (triton.cdiv(numel_out, cfg["block"]),)
+
+    def call():
+        _stream_kernel[grid](a, b, out, numel_out, BLOCK=cfg["block"], EVICT=cfg["evict_first"], num_warps=cfg["warps"])
+
+    return call, numel_out * 5
+
+
+def bench_fp8(
+    ceilings: dict, quick: bool = False, progress: bool = True, cold: bool = True, ceiling_configs: dict | None = None
+) -> list[dict]:
     """The cases of :mod:`inkling_workbook.fp8_bench`, the implementations of a case timed in
     :data:`FP8_PASSES` interleaved passes, warm L2 and (``cold``) cold L2 where :func:`_fp8_cold`;
     ``ceilings`` maps N to the FP8-pattern streaming ceiling (TB/s) measured in this run at
-    M = 49152. Before a case is timed, its fused and unfused outputs are compared bit for bit."""
+    M = 49152. Before a case is timed, its fused and unfused outputs are compared bit for bit.
+    ``ceiling_configs`` (N to the ceiling's best configuration): at M = 49152 the ceiling's copy is
+    timed in the same passes as the case's implementations too, so that both see the same clocks
+    and power state (``ceiling_same_passes_tbps``)."""
     from tqdm.auto import tqdm
 
     from . import fp8_bench
@@ -845,12 +870,24 @@ def bench_fp8(ceilings: dict, quick: bool = False, progress: bool = True, cold: 
             sets = [first] + [fp8_bench.fp8_impls(case, seed=i, draw=draw) for i in range(1, nsets)]
             states: list[dict] = []
             timed = [name for name in first if fp8_bench.is_timed(case, name)]
-            timings = time_calls(
-                {name: [s[name][0] for s in sets] for name in timed},
-                FP8_PASSES,
-                after_pass=lambda: states.append(provenance.gpu_state()),
-            )
-            del sets
+            calls = {name: [s[name][0] for s in sets] for name in timed}
+            cfg = (ceiling_configs or {}).get(case["N"])
+            copy_bytes = None
+            if cfg and case["M"] == 49152 and case["masked_m"] is None and mode == "warm":
+                copy, copy_bytes = _fp8_ceiling_copy(case["M"] * case["N"], cfg)
+                calls[CEILING_COPY] = [copy]
+            timings = time_calls(calls, FP8_PASSES, after_pass=lambda: states.append(provenance.gpu_state()))
+            del sets, calls
+            same = {}
+            if copy_bytes:
+                tc = timings[CEILING_COPY]
+                same = {
+                    "ceiling_same_passes_tbps": round(copy_bytes / tc.median_us / 1e6, 4),
+                    "ceiling_same_passes_pass_us": " ".join(
+                        f"{statistics.median(tc.samples[i : i + tc.rounds]):.4f}"
+                        for i in range(0, len(tc.samples), tc.rounds)
+                    ),
+                }
             clocks = [float(st["sm_clock_mhz"]) for st in states if st.get("sm_clock_mhz")]
             reasons = sorted({st.get("throttle_reasons") for st in states if st.get("throttle_reasons")})
             for name in timed:
@@ -875,6 +912,8 @@ def bench_fp8(ceilings: dict, quick: bool = False, progress: bool = True, cold: 
                         "buffer_sets": nsets,
                         **t.columns(nbytes, 4),
                         "ceiling_tbps": round(ceiling, 4) if ceiling else None,
+                        "ceiling_same_passes_tbps": same.get("ceiling_same_passes_tbps"),
+                        "ceiling_same_passes_pass_us": same.get("ceiling_same_passes_pass_us", ""),
                         "sm_clock_mhz": statistics.median(clocks) if clocks else None,
                         "sm_clock_min": min(clocks) if clocks else None,
                         "sm_clock_max": max(clocks) if clocks else None,
@@ -900,7 +939,10 @@ def run_fp8(meta: dict, csv_path: str | Path) -> list[dict]:
         meta[f"ceiling_fp8_49152x{n}"] = stream_ceiling(49152 * n, out_dtype=torch.uint8)
     meta["fp8_impls"] = FP8_IMPLS
     meta["fp8_timing"] = FP8_TIMING
-    rows = bench_fp8({n: meta[f"ceiling_fp8_49152x{n}"]["tbps"] for n in (1536, 3072)})
+    rows = bench_fp8(
+        {n: meta[f"ceiling_fp8_49152x{n}"]["tbps"] for n in (1536, 3072)},
+        ceiling_configs={n: meta[f"ceiling_fp8_49152x{n}"] for n in (1536, 3072)},
+    )
     write_csv(rows, csv_path)
     own = {
         **meta,

@@ -527,12 +527,24 @@ def _fp8_targets(fp8: pd.DataFrame, silu: pd.DataFrame | None = None) -> list[di
     if len(no_pdl):
         s_off = no_pdl.tbps / no_pdl.ceiling_tbps
         off = f"; PDL off {100 * s_off.min():.1f}-{100 * s_off.max():.1f}%"
+    measured = (
+        f"{100 * share.min():.1f}-{100 * share.max():.1f}% ({fused.tbps.min():.2f}-{fused.tbps.max():.2f} TB/s){off}"
+    )
+    # records after 7192cb8 also time the ceiling's copy in each case's own passes (the same clocks
+    # and power state): judged against that copy, the run-start ceiling still shown
+    same = fused.get("ceiling_same_passes_tbps")
+    if same is not None and same.notna().all() and len(fused):
+        share_same = fused.tbps / same
+        measured = (
+            f"against the copy timed in the same passes {100 * share_same.min():.1f}-{100 * share_same.max():.1f}%"
+            f"; against the run-start ceiling {measured}"
+        )
+        share = share_same
     rows.append(
         {
             "target": f"FP8 fused at M=49152, every layout and option ({len(fused)}): "
             ">= 97% of the FP8-pattern ceiling",
-            "measured": f"{100 * share.min():.1f}-{100 * share.max():.1f}% ({fused.tbps.min():.2f}-"
-            f"{fused.tbps.max():.2f} TB/s){off}",
+            "measured": measured,
             "met": bool((share >= 0.97).all()),
         }
     )
