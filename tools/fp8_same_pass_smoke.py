@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+import torch
+
 from inkling_workbook import bench, fp8_bench, provenance
 
 
@@ -18,7 +20,7 @@ def main(argv: list[str]) -> int:
     bench.require_gpu()
     doc = {"provenance": provenance.collect(["tools/fp8_same_pass_smoke.py", *argv])}
     doc["clock_warmup"] = bench.warm_clocks()
-    ceilings = {n: bench.stream_ceiling(49152 * n, out_dtype=__import__("torch").uint8) for n in (1536, 3072)}
+    ceilings = {n: bench.stream_ceiling(49152 * n, out_dtype=torch.uint8) for n in (1536, 3072)}
     doc["ceilings"] = ceilings
     cases = [
         c
@@ -32,8 +34,8 @@ def main(argv: list[str]) -> int:
     doc["rows"] = [r for r in rows if r["impl"] in ("fused", "fused_no_pdl")]
     Path(argv[0]).write_text(json.dumps(doc, indent=1, default=str) + "\n")
     for r in doc["rows"]:
-        print(r["case"], r["impl"], r["median_us"], round(r["tbps"] / r["ceiling_tbps"], 4),
-              round(r["tbps"] / r["ceiling_same_passes_tbps"], 4), r["sm_clock_min"], r["throttle_reasons"])  # fmt: skip
+        start, same = r["tbps"] / r["ceiling_tbps"], r["tbps"] / r["ceiling_same_passes_tbps"]
+        print(r["case"], r["impl"], r["median_us"], f"{start:.4f} {same:.4f}", r["sm_clock_min"], r["throttle_reasons"])
     return 0
 
 
