@@ -776,16 +776,17 @@ FP8_PASSES = 5  # interleaved passes of every FP8 case: the M = 49152 medians mo
 #: at 921 rows, 60-114 MB at 7368). Not at M = 16:
 #: a decode step reads an activation its GEMM has just written, so it is L2-warm in a server.
 FP8_COLD_MS = (1024, 8192)
-#: where the FP8 sweep's method differs from the silu sweep's (recorded with its rows)
 #: the name the ceiling's copy is timed under, in the passes of an M = 49152 case (not a CSV row)
 CEILING_COPY = "ceiling_copy_same_passes"
 
+#: where the FP8 sweep's method differs from the silu sweep's (recorded with its rows)
 FP8_TIMING = {
     "passes": FP8_PASSES,
     "ceiling_same_passes": "at M = 49152 (warm) the FP8-pattern ceiling's copy, in the configuration the "
     "run's ceiling search found best, is timed in the same interleaved passes as the case's "
     "implementations: ceiling_same_passes_tbps, its pass medians in ceiling_same_passes_pass_us "
-    "(from the sweep after 7192cb8)",
+    "(from the sweep after 7192cb8); the 97% target then counts each case at the lower of its shares "
+    "of the run-start ceiling and of this copy",
     "output_policy": "fused and unfused write into preallocated outputs; torch.compile allocates its own",
     "pdl": "fused (and unfused) launch with PDL, the package default on sm_90: a graph of back-to-back "
     "calls lets each call's prologue overlap the previous call's tail. fused_no_pdl is the same kernel "
@@ -878,6 +879,7 @@ def bench_fp8(
                 calls[CEILING_COPY] = [copy]
             timings = time_calls(calls, FP8_PASSES, after_pass=lambda: states.append(provenance.gpu_state()))
             del sets, calls
+            copy = None  # its buffers (up to 755 MB) freed before the next case
             same = {}
             if copy_bytes:
                 tc = timings[CEILING_COPY]
