@@ -786,7 +786,8 @@ FP8_TIMING = {
     "run's ceiling search found best, is timed in the same interleaved passes as the case's "
     "implementations: ceiling_same_passes_tbps, its pass medians in ceiling_same_passes_pass_us "
     "(from the sweep after 7192cb8); the 97% target then counts each case at the lower of its shares "
-    "of the run-start ceiling and of this copy",
+    "of the run-start ceiling and of this copy. In those cases the SM clock is also sampled every ~20 ms "
+    "within each pass (nvidia-smi --loop-ms): pass_clock_sampled_min_mhz, pass_clock_samples",
     "output_policy": "fused and unfused write into preallocated outputs; torch.compile allocates its own",
     "pdl": "fused (and unfused) launch with PDL, the package default on sm_90: a graph of back-to-back "
     "calls lets each call's prologue overlap the previous call's tail. fused_no_pdl is the same kernel "
@@ -877,13 +878,27 @@ def bench_fp8(
             if cfg and case["M"] == 49152 and case["masked_m"] is None and mode == "warm":
                 copy, copy_bytes = _fp8_ceiling_copy(case["M"] * case["N"], cfg)
                 calls[CEILING_COPY] = [copy]
-            timings = time_calls(calls, FP8_PASSES, after_pass=lambda: states.append(provenance.gpu_state()))
+            sampler = provenance.ClockSampler() if copy_bytes else None  # M = 49152: the clock within each pass
+
+            def after_pass(sampler=sampler):
+                if sampler is not None:
+                    sampler.mark()
+                states.append(provenance.gpu_state())
+
+            if sampler is not None:
+                with sampler:
+                    timings = time_calls(calls, FP8_PASSES, after_pass=after_pass)
+            else:
+                timings = time_calls(calls, FP8_PASSES, after_pass=after_pass)
             del sets, calls
             copy = None  # its buffers (up to 755 MB) freed before the next case
             same = {}
+            if sampler is not None:
+                same["pass_clock_sampled_min_mhz"] = " ".join(f"{min(w):.0f}" if w else "-" for w in sampler.windows)
+                same["pass_clock_samples"] = " ".join(str(len(w)) for w in sampler.windows)
             if copy_bytes:
                 tc = timings[CEILING_COPY]
-                same = {
+                same |= {
                     "ceiling_same_passes_tbps": round(copy_bytes / tc.median_us / 1e6, 4),
                     "ceiling_same_passes_pass_us": " ".join(
                         f"{statistics.median(tc.samples[i : i + tc.rounds]):.4f}"
@@ -916,6 +931,9 @@ def bench_fp8(
                         "ceiling_tbps": round(ceiling, 4) if ceiling else None,
                         "ceiling_same_passes_tbps": same.get("ceiling_same_passes_tbps"),
                         "ceiling_same_passes_pass_us": same.get("ceiling_same_passes_pass_us", ""),
+                        # M = 49152 with the copy: the lowest SM clock sampled every ~20 ms within each pass
+                        "pass_clock_sampled_min_mhz": same.get("pass_clock_sampled_min_mhz", ""),
+                        "pass_clock_samples": same.get("pass_clock_samples", ""),
                         "sm_clock_mhz": statistics.median(clocks) if clocks else None,
                         "sm_clock_min": min(clocks) if clocks else None,
                         "sm_clock_max": max(clocks) if clocks else None,

@@ -7,6 +7,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import torch
@@ -56,6 +57,57 @@ def gpu_state() -> dict:
     vals = nvidia_smi("clocks.sm,clocks.mem,temperature.gpu,power.draw,clocks_throttle_reasons.active")
     keys = ["sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w", "throttle_reasons"]
     return dict(zip(keys, vals)) if vals else {}
+
+
+class ClockSampler:
+    """The SM clock sampled in the background (``nvidia-smi --loop-ms``) while GPU work runs, cut
+    into windows: ``mark()`` closes one (a timing pass), ``windows`` holds each window's readings
+    in MHz. Without nvidia-smi every window is empty. A reading is stamped when it is read, so a
+    window may hold one reading from either side of its edges."""
+
+    def __init__(self, period_ms: int = 20):
+        self.period_ms = period_ms
+        self.windows: list[list[float]] = []
+        self._now: list[float] = []
+        self._lock = threading.Lock()
+        self._proc = None
+        self._thread = None
+
+    def __enter__(self) -> ClockSampler:
+        cmd = ["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits", "-i", "0"]
+        try:
+            self._proc = subprocess.Popen(
+                [*cmd, f"--loop-ms={self.period_ms}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            )
+        except OSError:
+            return self
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+        return self
+
+    def _read(self) -> None:
+        for line in self._proc.stdout:
+            try:
+                mhz = float(line.strip())
+            except ValueError:
+                continue
+            with self._lock:
+                self._now.append(mhz)
+
+    def mark(self) -> None:
+        with self._lock:
+            self.windows.append(self._now)
+            self._now = []
+
+    def __exit__(self, *exc) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
 
 
 def device_label(device: torch.device | None = None) -> str:

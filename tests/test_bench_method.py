@@ -239,6 +239,21 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
         return time_calls(calls, *a, **kw)
 
     monkeypatch.setattr(bench, "time_calls", spy_time_calls)
+
+    class FakeSampler:  # readings 1000 + 10 * pass, two a pass
+        def __init__(self):
+            self.windows = []
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def mark(self):
+            self.windows.append([1000.0 + 10 * len(self.windows)] * 2)
+
+    monkeypatch.setattr(bench.provenance, "ClockSampler", FakeSampler)
     cfgs = {
         1536: {"block": 1024, "warps": 4, "evict_first": False},
         3072: {"block": 2048, "warps": 8, "evict_first": True},
@@ -279,8 +294,12 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
             us = 50.0 * cfgs[r["N"]]["block"] / 1024
             assert r["ceiling_same_passes_tbps"] == round(49152 * r["N"] * 5 / us / 1e6, 4), r
             assert r["ceiling_same_passes_pass_us"].split() == [f"{us:.4f}"] * bench.FP8_PASSES
+            # the clock sampled within each pass, a window a pass
+            assert r["pass_clock_sampled_min_mhz"].split() == [f"{1000 + 10 * p}" for p in range(bench.FP8_PASSES)]
+            assert r["pass_clock_samples"].split() == ["2"] * bench.FP8_PASSES
         else:
             assert r["ceiling_same_passes_tbps"] is None and r["ceiling_same_passes_pass_us"] == ""
+            assert r["pass_clock_sampled_min_mhz"] == "" and r["pass_clock_samples"] == ""
     assert not any(r["l2"] == "cold" and r["M"] == 16 for r in rows)
     big = [c for c in cases if c["M"] == 49152 and c["masked_m"] is None]
     assert sorted(copies) == sorted((49152 * c["N"], cfgs[c["N"]]["block"]) for c in big)  # one copy a case
@@ -324,3 +343,25 @@ def test_fp8_repeat_is_found_by_the_published_commit(tmp_path):
     csv.with_suffix(".json").write_text(json.dumps({"git_commit": "0" * 40}))
     assert plots.fp8_repeat(csv) is None
     assert plots.fp8_repeat(tmp_path / "none.csv") is None
+
+
+def test_clock_sampler_windows():
+    """``provenance.ClockSampler``: one window a ``mark()``, each holding SM clock readings in MHz
+    (positive floats) where nvidia-smi runs, none where it does not (the CPU machines: the sampler
+    then starts nothing and fails nothing); the background reader is stopped on exit."""
+    import shutil
+    import time
+
+    from inkling_workbook import provenance
+
+    with provenance.ClockSampler(period_ms=20) as sampler:
+        for _ in range(3):
+            time.sleep(0.15)
+            sampler.mark()
+    assert len(sampler.windows) == 3
+    readings = [v for w in sampler.windows for v in w]
+    assert all(isinstance(v, float) and v > 0 for v in readings)
+    if shutil.which("nvidia-smi") is None:
+        assert readings == []
+    if sampler._thread is not None:
+        assert not sampler._thread.is_alive()
