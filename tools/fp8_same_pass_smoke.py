@@ -36,7 +36,8 @@ def main(argv: list[str]) -> int:
     for r in doc["rows"]:
         start, same = r["tbps"] / r["ceiling_tbps"], r["tbps"] / r["ceiling_same_passes_tbps"]
         print(r["case"], r["impl"], r["median_us"], f"{start:.4f} {same:.4f}", r["sm_clock_min"], r["throttle_reasons"])
-        print("   clock sampled within each pass, min MHz:", r["pass_clock_sampled_min_mhz"], "samples:", r["pass_clock_samples"])
+        print("   lowest SM clock sampled in each pass (MHz):", r["pass_clock_sampled_min_mhz"])
+        print("   readings a pass:", r["pass_clock_samples"])
     return 0
 
 
