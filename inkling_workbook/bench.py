@@ -787,7 +787,8 @@ FP8_TIMING = {
     "implementations: ceiling_same_passes_tbps, its pass medians in ceiling_same_passes_pass_us "
     "(from the sweep after 7192cb8); the 97% target then counts each case at the lower of its shares "
     "of the run-start ceiling and of this copy. In those cases the SM clock is also sampled every ~20 ms "
-    "within each pass (nvidia-smi --loop-ms): pass_clock_sampled_min_mhz, pass_clock_samples",
+    "within each pass (nvidia-smi --loop-ms): pass_clock_sampled_min_mhz, pass_clock_samples; the first "
+    "window also holds the readings taken while the case's graphs were captured",
     "output_policy": "fused and unfused write into preallocated outputs; torch.compile allocates its own",
     "pdl": "fused (and unfused) launch with PDL, the package default on sm_90: a graph of back-to-back "
     "calls lets each call's prologue overlap the previous call's tail. fused_no_pdl is the same kernel "
