@@ -36,6 +36,7 @@ Triton kernel under graph replay (the launch floor).
 from __future__ import annotations
 
 import collections
+import contextlib
 import csv
 import io
 import json
@@ -886,10 +887,7 @@ def bench_fp8(
                     sampler.mark()
                 states.append(provenance.gpu_state())
 
-            if sampler is not None:
-                with sampler:
-                    timings = time_calls(calls, FP8_PASSES, after_pass=after_pass)
-            else:
+            with sampler or contextlib.nullcontext():
                 timings = time_calls(calls, FP8_PASSES, after_pass=after_pass)
             del sets, calls
             copy = None  # its buffers (up to 755 MB) freed before the next case

@@ -883,6 +883,17 @@ def masked_z() -> list[dict]:
     return _masked_variant_rows(256, ragged, (sum(ragged), 2048), Z_VARIANTS, "Z, T = 256")
 
 
+def _masked_shapes(variants: dict, name: str) -> list[dict]:
+    """``variants`` at T = 256 (the 921 rows, full, empty, with the 2-D calls of 921 and 2048 rows),
+    the 921 rows at T = 512 and 2048, and the counts x 8 at T = 2048 (experiments AA and AB)."""
+    ragged = tuple(fp8_bench.MASKED_COUNTS)
+    rows = _masked_variant_rows(256, ragged, (sum(ragged), 2048), variants, f"{name}, T = 256")
+    for T in (512, 2048):
+        rows += _masked_variant_rows(T, ragged, (sum(ragged),), variants, f"{name}, T = {T}, 921 rows")
+    big = tuple(8 * c for c in ragged)
+    return rows + _masked_variant_rows(2048, big, (sum(big),), variants, f"{name}, T = 2048 x 8")
+
+
 # Experiment AA (a1c0c36; the knob was removed after it, the step needs that commit's package):
 # the work list with each program taking a run of consecutive items (``WORK_LIST_CHUNKED``): the
 # expert and tiles are looked up once a run (the counts' reductions) and stepped from item to
@@ -892,13 +903,7 @@ AA_VARIANTS = {"launched": {}, "chunked": {"WORK_LIST_CHUNKED": True}}
 
 
 def masked_aa() -> list[dict]:
-    ragged = tuple(fp8_bench.MASKED_COUNTS)
-    rows = _masked_variant_rows(256, ragged, (sum(ragged), 2048), AA_VARIANTS, "AA, T = 256")
-    for T in (512, 2048):
-        rows += _masked_variant_rows(T, ragged, (sum(ragged),), AA_VARIANTS, f"AA, T = {T}, 921 rows")
-    big = tuple(8 * c for c in ragged)
-    rows += _masked_variant_rows(2048, big, (sum(big),), AA_VARIANTS, "AA, T = 2048 x 8")
-    return rows
+    return _masked_shapes(AA_VARIANTS, "AA")
 
 
 # Experiment AB (818b358, where the packed lookup was a knob, off): the work list's lookup of an
@@ -913,13 +918,7 @@ AB_VARIANTS = {
 
 
 def masked_ab() -> list[dict]:
-    ragged = tuple(fp8_bench.MASKED_COUNTS)
-    rows = _masked_variant_rows(256, ragged, (sum(ragged), 2048), AB_VARIANTS, "AB, T = 256")
-    for T in (512, 2048):
-        rows += _masked_variant_rows(T, ragged, (sum(ragged),), AB_VARIANTS, f"AB, T = {T}, 921 rows")
-    big = tuple(8 * c for c in ragged)
-    rows += _masked_variant_rows(2048, big, (sum(big),), AB_VARIANTS, "AB, T = 2048 x 8")
-    return rows
+    return _masked_shapes(AB_VARIANTS, "AB")
 
 
 # Power: the repeat at 526be54 met the M = 49152 ceiling target in 15 of 16 cases; the 16th
