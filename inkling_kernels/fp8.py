@@ -50,7 +50,7 @@ import triton.language as tl
 from . import _backend
 from ._validate import FLOAT_DTYPES, check_same_device, check_tensor
 from .reference import FP8_EPS
-from .silu_and_mul import _ELEMENT_SIZE, INT32_LIMIT, _silu_mul, _Tensor
+from .silu_and_mul import _ELEMENT_SIZE, INT32_LIMIT, _rcp_approx, _silu_mul, _Tensor
 
 ACT_NONE, ACT_INTERLEAVED, ACT_NON_INTERLEAVED = 0, 1, 2
 FP8_DTYPE = torch.float8_e4m3fn
@@ -124,12 +124,6 @@ def _recip_split(s):
 
 # fp32 RN(1 / 448), the constant of ``_scale_fast`` (0x3B124925)
 _INV_448 = tl.constexpr(0.002232142857142857)
-
-
-@triton.jit
-def _rcp_approx(x):
-    """``rcp.approx.ftz.f32``: one MUFU.RCP (within an ulp of ``1 / x``)."""
-    return tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
 
 
 @triton.jit
@@ -300,10 +294,13 @@ def _e4m3_paths_kernel(start, count_ptr, BLOCK: tl.constexpr, ITERS: tl.constexp
 
 
 @triton.jit
-def _sigmoid_paths_kernel(start, count_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr, PERTURB: tl.constexpr):
+def _sigmoid_paths_kernel(
+    start, count_ptr, BLOCK: tl.constexpr, ITERS: tl.constexpr, PERTURB: tl.constexpr, LEVEL: tl.constexpr
+):
     """Counts the fp32 bit patterns ``g`` of ``start + [0, BLOCK * ITERS * programs)`` on which
-    ``_silu_mul(g, 1.0)`` with and without ``FTZ_EXP`` differ in any bit (NaNs included). No
-    memory is read. ``PERTURB`` flips a bit of the FTZ result at g = 1.0."""
+    ``_silu_mul(g, 1.0)`` with ``FTZ_EXP = LEVEL`` and with 0 differ in any bit (NaNs included):
+    ``g * sigmoid(g)``, all of the silu that depends on the sigmoid's form. No memory is read.
+    ``PERTURB`` flips a bit of the fast result at g = 1.0."""
     base = start + tl.program_id(0).to(tl.int64) * (BLOCK * ITERS)
     bad = tl.zeros((BLOCK,), tl.int32)
     one = tl.full((BLOCK,), 1.0, tl.float32)
@@ -311,7 +308,7 @@ def _sigmoid_paths_kernel(start, count_ptr, BLOCK: tl.constexpr, ITERS: tl.const
         bits = ((base + i * BLOCK + tl.arange(0, BLOCK)) & 0xFFFFFFFF).to(tl.uint32)
         g = bits.to(tl.int32, bitcast=True).to(tl.float32, bitcast=True)
         ref = _silu_mul(g, one).to(tl.int32, bitcast=True)
-        fast = _silu_mul(g, one, True).to(tl.int32, bitcast=True)
+        fast = _silu_mul(g, one, LEVEL).to(tl.int32, bitcast=True)
         if PERTURB:
             fast = tl.where(bits == 0x3F800000, fast ^ 1, fast)
         bad += (fast != ref).to(tl.int32)
@@ -590,7 +587,7 @@ def _fp8_group_kernel(
     HW: tl.constexpr,  # compiled on sm_89+: hardware e4m3 conversion and fp32 max; else integer ops
     DIV: tl.constexpr,  # y / s: DIV_IEEE (div_rn an element), DIV_MARKSTEIN or DIV_SPLIT
     PAIR_WORDS: tl.constexpr,  # interleaved 16-bit pairs 4-byte aligned: read as 32-bit words
-    FTZ_EXP: tl.constexpr,  # compiled: the sigmoid's exponential as one MUFU.EX2 (same bits)
+    FTZ_EXP: tl.constexpr,  # compiled: the sigmoid in fewer instructions, same bits (``_silu_mul``)
     BF16_BITS: tl.constexpr,  # compiled, bf16: widen and round on the bits (same values)
     FAST_SCALE: tl.constexpr,  # compiled, decode: scale and reciprocal without div_rn (same bits)
     WARP_REDUX: tl.constexpr,  # compiled, one warp a group of 128: the group max by redux.sync
@@ -788,6 +785,10 @@ def _hw_e4m3(device: torch.device) -> bool:
 # bytes as the IEEE division, by ``division_mismatches``.
 DIV_16BIT = DIV_SPLIT
 
+# Compiled: the sigmoid's form (``_silu_mul``'s ``FTZ_EXP``): 2, the flushing exponential and the
+# always-scaled reciprocal; the same bits as ``tl.sigmoid`` by ``sigmoid_paths_mismatches``.
+SIGMOID_FAST = 2
+
 
 def _kernel_flags(device: torch.device, dtype: torch.dtype, interpreted: bool) -> dict:
     """The constexpr switches of ``_fp8_group_kernel`` for one launch (none changes a bit where
@@ -800,7 +801,7 @@ def _kernel_flags(device: torch.device, dtype: torch.dtype, interpreted: bool) -
     return {
         "HW": hw,
         "DIV": div,
-        "FTZ_EXP": hw,
+        "FTZ_EXP": SIGMOID_FAST if hw else 0,
         "BF16_BITS": hw and dtype == torch.bfloat16,
         "FAST_SCALE": sm90,  # decode launches only: the launcher turns it off past DECODE_ROWS
         "WARP_REDUX": hw,  # where a warp holds one group: the launcher decides
@@ -833,7 +834,7 @@ def _check_sm89(device) -> torch.device:
     return device
 
 
-def _count_fp32_patterns(kernel, start: int, count: int, device, perturb: bool, counters: int = 1):
+def _count_fp32_patterns(kernel, start: int, count: int, device, perturb: bool, counters: int = 1, **consts):
     """Run a counting kernel (``_e4m3_paths_kernel``, ``_sigmoid_paths_kernel``,
     ``_scale_paths_kernel``) over the fp32 bit patterns ``[start, start + count)``, a chunk of
     2**30 a launch, and return its count (a tuple of ``counters`` counts when more than one)."""
@@ -846,7 +847,7 @@ def _count_fp32_patterns(kernel, start: int, count: int, device, perturb: bool, 
     chunk = 2**30
     for lo in range(start, start + count, chunk):
         n = min(chunk, start + count - lo)
-        kernel[(n // per_program,)](lo, total, BLOCK=block, ITERS=iters, PERTURB=perturb)
+        kernel[(n // per_program,)](lo, total, BLOCK=block, ITERS=iters, PERTURB=perturb, **consts)
     return int(total.item()) if counters == 1 else tuple(total.tolist())
 
 
@@ -857,13 +858,18 @@ def e4m3_paths_mismatches(start: int = 0, count: int = 2**32, device="cuda", _pe
     return _count_fp32_patterns(_e4m3_paths_kernel, start, count, device, _perturb)
 
 
-def sigmoid_paths_mismatches(start: int = 0, count: int = 2**32, device="cuda", _perturb: bool = False) -> int:
+def sigmoid_paths_mismatches(
+    start: int = 0, count: int = 2**32, device="cuda", _perturb: bool = False, level: int = None
+) -> int:
     """How many fp32 inputs in ``[start, start + count)`` give a silu (``g * sigmoid(g)``) with
-    other bits when the sigmoid's exponential flushes subnormal results (``FTZ_EXP``, the fused
-    FP8 kernel's compiled path) than with Triton's ``exp`` (every other kernel, helion's
-    included). 0 is the claim; the default covers all 2**32. Needs a CUDA GPU (sm_89+, like the
-    kernel that uses it). ``_perturb`` (tests only) flips a bit of the result at g = 1.0."""
-    return _count_fp32_patterns(_sigmoid_paths_kernel, start, count, device, _perturb)
+    other bits when the sigmoid takes the fused FP8 kernel's compiled form (``FTZ_EXP = level``,
+    by default ``SIGMOID_FAST``, the one launched) than with ``tl.sigmoid`` (every other kernel,
+    helion's included). 0 is the claim; the default covers all 2**32. Needs a CUDA GPU (sm_89+,
+    like the kernel that uses it). ``_perturb`` (tests only) flips a bit of the result at g = 1.0."""
+    level = SIGMOID_FAST if level is None else level
+    if level not in (1, 2):
+        raise ValueError(f"level must be 1 or 2, got {level!r}")
+    return _count_fp32_patterns(_sigmoid_paths_kernel, start, count, device, _perturb, LEVEL=level)
 
 
 def scale_paths_mismatches(device="cuda", _perturb: bool = False) -> tuple[int, int, int]:

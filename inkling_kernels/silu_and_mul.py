@@ -45,20 +45,40 @@ def _ex2_ftz(x):
 
 
 @triton.jit
-def _silu_mul(gate, up, FTZ_EXP: tl.constexpr = False):
+def _rcp_approx(x):
+    """``rcp.approx.ftz.f32``: one MUFU.RCP (within an ulp of ``1 / x``)."""
+    return tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _silu_mul(gate, up, FTZ_EXP: tl.constexpr = 0):
     """The one operation order shared by every kernel of the workbook (and the fused FP4 path).
 
-    ``FTZ_EXP`` (compiled launches of the fused FP8 kernel only) computes ``tl.sigmoid``'s
-    ``1 / (1 + exp(-g))`` with the exponential flushing subnormal results to zero: the only
-    results that differ are below 2**-126, where ``1 + e`` rounds to 1.0 either way, so every
-    sigmoid (hence every silu) keeps its bits; ``sigmoid_paths_mismatches`` checks all 2**32
-    fp32 inputs on the GPU. It saves four instructions an element in an issue-bound kernel."""
+    ``FTZ_EXP`` (compiled launches of the fused FP8 kernel only; 0 elsewhere) computes
+    ``tl.sigmoid``'s ``1 / (1 + exp(-g))`` in fewer instructions with the same bits for every fp32
+    ``g`` (``sigmoid_paths_mismatches`` checks all 2**32 on the GPU, each level against 0):
+
+    - 1 (experiment F): the exponential flushes subnormal results to zero (one MUFU.EX2, not
+      Triton's ``exp`` with its subnormal fix-up): the results that differ are below 2**-126,
+      where ``1 + e`` rounds to 1.0 either way. Four instructions fewer an element.
+    - 2 (experiment AC, launched): that, and ``1 / b`` (``b = 1 + e``, PTX's ``div.full.f32``:
+      MUFU.RCP of ``b``, except past 2**126 where ``b`` and the quotient are scaled by 1/4 first,
+      a compare, a select and two multiplies) always scaled: ``rcp(fma(e, 1/4, 1/4)) / 4``.
+      ``fma(e, 1/4, 1/4)`` is ``b / 4`` exactly (``b >= 1``: a power-of-two scale moves no
+      rounding), MUFU.RCP of ``b / 4`` is 4 times that of ``b`` where both are normal (it reads
+      the mantissa and negates the exponent), and the final quarter is exact above 2**-126 and
+      the scaled branch's own product below. Three instructions fewer an element again.
+    """
     g = gate.to(tl.float32)
     u = up.to(tl.float32)
     if FTZ_EXP:
         # exp(-g) = ex2(-g * log2(e)), the fp32 constant tl.exp uses; -g is Triton's 0 - g
         # except for g = +0 (ex2 of +-0 is 1.0 either way)
-        sig = 1.0 / (1.0 + _ex2_ftz(g * -1.4426950408889634))
+        e = _ex2_ftz(g * -1.4426950408889634)
+        if FTZ_EXP == 2:
+            sig = _rcp_approx(tl.fma(e, 0.25, 0.25)) * 0.25
+        else:
+            sig = 1.0 / (1.0 + e)
         return g * sig * u
     return g * tl.sigmoid(g) * u
 

@@ -1183,15 +1183,18 @@ def test_gpu_reciprocal_division_equals_ieee_division_exhaustively(dtype, method
 
 
 @gpu_only
-def test_gpu_flushing_exponential_keeps_every_silu_bit():
-    """The fused FP8 kernel computes the sigmoid's exponential with ``ex2.approx.ftz.f32``
-    (``_silu_mul(..., FTZ_EXP=True)``); every other kernel, helion's included, with Triton's
-    ``exp``. On every one of the 2**32 fp32 inputs the silu has the same bits."""
-    from inkling_kernels.fp8 import sigmoid_paths_mismatches
+@pytest.mark.parametrize("level", [1, 2])
+def test_gpu_fast_sigmoid_keeps_every_silu_bit(level):
+    """The fused FP8 kernel computes the sigmoid in fewer instructions (``_silu_mul``'s
+    ``FTZ_EXP``: 1, the flushing exponential; 2, launched, that and the always-scaled
+    reciprocal); every other kernel, helion's included, with ``tl.sigmoid``. On every one of the
+    2**32 fp32 inputs the silu has the same bits."""
+    from inkling_kernels.fp8 import SIGMOID_FAST, sigmoid_paths_mismatches
 
-    assert sigmoid_paths_mismatches() == 0
+    assert SIGMOID_FAST == 2
+    assert sigmoid_paths_mismatches(level=level) == 0
     # the counter counts: with the result at g = 1.0 corrupted, exactly one disagreement
-    assert sigmoid_paths_mismatches(0x3F800000 - 2**16, 2**17, _perturb=True) == 1
+    assert sigmoid_paths_mismatches(0x3F800000 - 2**16, 2**17, _perturb=True, level=level) == 1
 
 
 def _rn_fp32(x) -> float:
@@ -1296,7 +1299,8 @@ def test_gpu_kernel_switches_do_not_move_a_bit(gen, interleaved):
         {},
         {"DIV": fp8_mod.DIV_MARKSTEIN},
         {"DIV": fp8_mod.DIV_SPLIT},
-        {"FTZ_EXP": True},
+        {"FTZ_EXP": 1},
+        {"FTZ_EXP": 2},
         {"BF16_BITS": True},
         {"FAST_SCALE": True},
         {"DIV": fp8_mod.DIV_SPLIT, "FAST_SCALE": True},
@@ -1341,6 +1345,8 @@ def test_exhaustive_path_checks_refuse_a_cpu_device():
         e4m3_paths_mismatches(device="cpu")
     with pytest.raises(ValueError, match="device"):
         sigmoid_paths_mismatches(device="cpu")
+    with pytest.raises(ValueError, match="level"):
+        sigmoid_paths_mismatches(level=3)
     with pytest.raises(ValueError, match="method"):
         division_mismatches(torch.bfloat16, 0)
 

@@ -970,6 +970,41 @@ def power() -> dict:
     return {"case": "M49152_N3072_nil, warm", "ceiling_alone": best, "bytes_fused": nbytes, "passes": passes}
 
 
+# Experiment AC (2026-12-01): the sigmoid's reciprocal always scaled by 1/4 (``FTZ_EXP = 2``, three
+# instructions an element fewer: 407 -> 362 SASS instructions to EXIT for a 16 x 128 program,
+# gate || up) against experiment F's form (``FTZ_EXP = 1``), every other switch as launched; the
+# proofs of both forms on all 2**32 inputs first. Why: if a deep power cap makes the M = 49152 call
+# instruction-bound (526be54's 96.6%), fewer instructions an element give it room.
+AC_LAUNCHED = {"HW": True, "DIV": 2, "PAIR_WORDS": True, "FTZ_EXP": 2}
+AC_LAUNCHED |= {"BF16_BITS": True, "FAST_SCALE": True, "WARP_REDUX": True}
+AC_VARIANTS = {"launched": AC_LAUNCHED, "sigmoid_f": dict(AC_LAUNCHED, FTZ_EXP=1)}
+
+
+def proofs_ac() -> dict:
+    out = {}
+    for level in (1, 2):
+        t0 = time.perf_counter()
+        out[f"sigmoid_level{level}"] = {
+            "fp32_patterns": 2**32,
+            "mismatches": fp8_mod.sigmoid_paths_mismatches(level=level),
+            "planted": fp8_mod.sigmoid_paths_mismatches(0x3F800000 - 2**16, 2**17, _perturb=True, level=level),
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
+    return out
+
+
+def fp8ac() -> dict:
+    """``AC_VARIANTS`` in the same passes (with the unfused pair and, at decode, ``silu_and_mul``)
+    at the eight plain and UE8M0 M = 49152 cases, M = 1024, decode and the T = 256 masked cases;
+    each variant's present rows compared bit for bit with the launched kernel's before timing."""
+    launched = fp8_mod._kernel_flags(torch.device("cuda"), torch.bfloat16, False)
+    assert {k: AC_LAUNCHED[k] for k in launched} == launched, launched  # "launched" is what launches
+    names = [f"M49152_N{n}_{lay}{opt}" for n in (1536, 3072) for lay in ("nil", "il") for opt in ("", "_ue8m0")]
+    names += ["M1024_N3072_nil", "M16_N1536_nil", "M16_N1536_il", "M16_N3072_nil", "M16_N3072_il"]
+    names += ["masked_ragged_E8_T256_N3072", "masked_full_E8_T256_N3072"]
+    return _variant_rows(names, AC_VARIANTS, "fp8 variants AC")
+
+
 def _masked_host() -> list[dict]:
     """Host us per call (``hostbench._per_call_us``: back-to-back eager calls, outputs preallocated,
     PDL on) of the fused op: masked on the work list (T = 2048), masked on the tile slots (T = 256,
@@ -1082,6 +1117,8 @@ def main(argv: list[str]) -> int:
                 "masked_aa": masked_aa,
                 "masked_ab": masked_ab,
                 "power": power,
+                "proofs_ac": proofs_ac,
+                "fp8ac": fp8ac,
                 "masked_host": _masked_host,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)

@@ -48,6 +48,10 @@ VARIANTS = {
     "nil, new + fast scale": dict(DIV=2, FTZ_EXP=True, BF16_BITS=True, FAST_SCALE=True),
     "il, new + fast scale": dict(ACT=1, PAIR_WORDS=True, DIV=2, FTZ_EXP=True, BF16_BITS=True, FAST_SCALE=True),
     "nil UE8M0, new + fast scale": dict(UE8M0=True, DIV=2, FTZ_EXP=True, BF16_BITS=True, FAST_SCALE=True),
+    # experiment AC: the sigmoid's reciprocal always scaled (FTZ_EXP = 2, launched since)
+    "nil, AC sigmoid": dict(DIV=2, FTZ_EXP=2, BF16_BITS=True),
+    "il, AC sigmoid": dict(ACT=1, PAIR_WORDS=True, DIV=2, FTZ_EXP=2, BF16_BITS=True),
+    "nil UE8M0, AC sigmoid": dict(UE8M0=True, DIV=2, FTZ_EXP=2, BF16_BITS=True),
 }
 
 # experiment I: the decode program (1 row x 4 groups of 128, 4 warps: 4 elements a thread), N = 1536
@@ -107,7 +111,8 @@ def compile_program(warps=4, **over):
         DIV=2,
         PAIR_WORDS=False,
     )
-    consts |= dict(FTZ_EXP=True, BF16_BITS=True, FAST_SCALE=False, WARP_REDUX=False) | over
+    # the decode and masked programs: the launched sigmoid (FTZ_EXP = 2 since experiment AC)
+    consts |= dict(FTZ_EXP=fp8_mod.SIGMOID_FAST, BF16_BITS=True, FAST_SCALE=False, WARP_REDUX=False) | over
     sig |= dict.fromkeys(consts, "constexpr")
     attrs = {(i,): [["tt.divisibility", 16]] for i in [0, 1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15]}
     src = ASTSource(fp8_mod._fp8_group_kernel, sig, consts, attrs)
