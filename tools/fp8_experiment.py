@@ -1005,6 +1005,18 @@ def fp8ac() -> dict:
     return _variant_rows(names, AC_VARIANTS, "fp8 variants AC")
 
 
+# Experiment AD (2026-12-01): after AC the masked call's full experts at T = 256, N = 3072 (3072
+# tile slots, the work list since WORK_LIST_PAST = 1) take 7.63 us against 6.32-6.36 for the same
+# rows as one 2-D call. The slot launch has changed since experiments R-U weighed the two (4-warp
+# 2048-element programs, 12 an SM, not 8-warp 4096-element ones): one program a slot at every
+# shape (``slots``) and the threshold at twice the resident programs (``past2``), against the launch.
+AD_VARIANTS = {"launched": {}, "past2": {"WORK_LIST_PAST": 2}, "slots": {"WORK_LIST_PAST": 10**9}}
+
+
+def masked_ad() -> list[dict]:
+    return _masked_shapes(AD_VARIANTS, "AD")
+
+
 def _masked_host() -> list[dict]:
     """Host us per call (``hostbench._per_call_us``: back-to-back eager calls, outputs preallocated,
     PDL on) of the fused op: masked on the work list (T = 2048), masked on the tile slots (T = 256,
@@ -1119,6 +1131,7 @@ def main(argv: list[str]) -> int:
                 "power": power,
                 "proofs_ac": proofs_ac,
                 "fp8ac": fp8ac,
+                "masked_ad": masked_ad,
                 "masked_host": _masked_host,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
