@@ -478,7 +478,11 @@ def _masked_targets(m: pd.DataFrame, n: int) -> list[dict]:
 #: the published FP8 sweep's repeat, by the published record's commit: the same code timed again in
 #: a fresh lease (``tools/fp8_publish.py``), under ``data/rerun/``. A target is met only if it is
 #: met in both: a number that does not reproduce is not a result.
-FP8_REPEATS = {"f689e68": "fp8_bench_h200_21963ec.csv", "69dcc87": "fp8_bench_h200_526be54.csv"}
+FP8_REPEATS = {
+    "f689e68": "fp8_bench_h200_21963ec.csv",
+    "69dcc87": "fp8_bench_h200_526be54.csv",
+    "08c814b": "fp8_bench_h200_9eb911b.csv",
+}
 
 
 def fp8_repeat(fp8_csv: Path) -> pd.DataFrame | None:
