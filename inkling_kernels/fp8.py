@@ -786,7 +786,9 @@ def _hw_e4m3(device: torch.device) -> bool:
 DIV_16BIT = DIV_SPLIT
 
 # Compiled: the sigmoid's form (``_silu_mul``'s ``FTZ_EXP``): 2, the flushing exponential and the
-# always-scaled reciprocal; the same bits as ``tl.sigmoid`` by ``sigmoid_paths_mismatches``.
+# always-scaled reciprocal; the same bits as ``tl.sigmoid`` by ``sigmoid_paths_mismatches``. Level 2
+# rests on MUFU.RCP scaling exactly by powers of two, proved on sm_90 (the H200) only, so other
+# GPUs (sm_89+) get level 1, whose argument (only results below 2**-126 flush) holds on any.
 SIGMOID_FAST = 2
 
 
@@ -796,12 +798,13 @@ def _kernel_flags(device: torch.device, dtype: torch.dtype, interpreted: bool) -
     hw = not interpreted and _hw_e4m3(device)
     div = DIV_16BIT if hw and dtype in (torch.bfloat16, torch.float16) else DIV_IEEE
     # the fast scale's reciprocal rests on MUFU.RCP landing next to 1 / s, which
-    # scale_paths_mismatches proved on sm_90 (the H200) only: elsewhere div_rn
+    # scale_paths_mismatches proved on sm_90 (the H200) only: elsewhere div_rn; likewise the
+    # sigmoid's always-scaled reciprocal (SIGMOID_FAST)
     sm90 = hw and _backend.capability(_backend.cuda_index(device)) == (9, 0)
     return {
         "HW": hw,
         "DIV": div,
-        "FTZ_EXP": SIGMOID_FAST if hw else 0,
+        "FTZ_EXP": (SIGMOID_FAST if sm90 else 1) if hw else 0,
         "BF16_BITS": hw and dtype == torch.bfloat16,
         "FAST_SCALE": sm90,  # decode launches only: the launcher turns it off past DECODE_ROWS
         "WARP_REDUX": hw,  # where a warp holds one group: the launcher decides

@@ -1329,6 +1329,20 @@ def test_gpu_kernel_switches_do_not_move_a_bit(gen, interleaved):
         assert bits_equal(q, q0) and bits_equal(s, s0), (variants[i], name, opt)
 
 
+@pytest.mark.parametrize(
+    ("cap", "ftz", "fast_scale"), [((8, 9), 1, False), ((9, 0), 2, True), ((10, 0), 1, False), ((12, 0), 1, False)]
+)
+def test_kernel_flags_keep_the_sm90_proofs_on_sm90(monkeypatch, cap, ftz, fast_scale):
+    """The always-scaled sigmoid reciprocal (``FTZ_EXP = 2``) and the fast scale rest on MUFU.RCP
+    facts proved on sm_90 only: other GPUs get the flushing exponential alone and ``div_rn``."""
+    from inkling_kernels import _backend
+
+    monkeypatch.setitem(_backend._CAPABILITY, 0, cap)
+    flags = fp8_mod._kernel_flags(torch.device("cuda", 0), torch.bfloat16, False)
+    assert flags["HW"] and flags["FTZ_EXP"] == ftz and flags["FAST_SCALE"] == fast_scale
+    assert fp8_mod._kernel_flags(torch.device("cuda", 0), torch.bfloat16, True)["FTZ_EXP"] == 0  # interpreted
+
+
 def test_exhaustive_path_checks_refuse_a_cpu_device():
     from inkling_kernels.fp8 import (
         division_mismatches,
