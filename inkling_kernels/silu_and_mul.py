@@ -61,9 +61,10 @@ def _silu_mul(gate, up, FTZ_EXP: tl.constexpr = 0):
     - 1 (experiment F): the exponential flushes subnormal results to zero (one MUFU.EX2, not
       Triton's ``exp`` with its subnormal fix-up): the results that differ are below 2**-126,
       where ``1 + e`` rounds to 1.0 either way. Four instructions fewer an element.
-    - 2 (experiment AC, launched on sm_90, where it is proved): that, and ``1 / b`` (``b = 1 + e``, PTX's ``div.full.f32``:
-      MUFU.RCP of ``b``, except past 2**126 where ``b`` and the quotient are scaled by 1/4 first,
-      a compare, a select and two multiplies) always scaled: ``rcp(fma(e, 1/4, 1/4)) / 4``.
+    - 2 (experiment AC, launched on sm_90, where it is proved): that, and ``1 / b``
+      (``b = 1 + e``, PTX's ``div.full.f32``: MUFU.RCP of ``b``, except past 2**126 where ``b``
+      and the quotient are scaled by 1/4 first, a compare, a select and two multiplies) always
+      scaled: ``rcp(fma(e, 1/4, 1/4)) / 4``.
       ``fma(e, 1/4, 1/4)`` is ``b / 4`` exactly (``b >= 1``: a power-of-two scale moves no
       rounding), MUFU.RCP of ``b / 4`` is 4 times that of ``b`` where both are normal (it reads
       the mantissa and negates the exponent), and the final quarter is exact above 2**-126 and
