@@ -1017,6 +1017,71 @@ def masked_ad() -> list[dict]:
     return _masked_shapes(AD_VARIANTS, "AD")
 
 
+# Experiment AE (2026-12-01): does experiment F's sigmoid lose where the clock drops and AC's not?
+# A review found AC's evidence thin (3 passes, no clock). At M = 49152, N = 3072, both layouts, the
+# ceiling's copy and both forms in the same interleaved passes, the SM clock sampled (every 20 ms)
+# in each implementation's own window of each pass: per (pass, implementation) the replays and the
+# clock readings, so a slow window can be set beside its clock.
+AE_PASSES, AE_SWEEPS = 24, 3
+
+
+def ac_clock() -> dict:
+    from inkling_kernels.fp8 import empty_scales
+
+    out = {"passes": AE_PASSES, "sweeps": AE_SWEEPS, "cases": []}
+    M, N = 49152, 3072
+    best = bench.stream_ceiling(M * N, out_dtype=torch.uint8)
+    out["ceiling_alone"] = best
+    a, b = (torch.randn(M * N, device="cuda").bfloat16() for _ in range(2))
+    dst = torch.empty(M * N, device="cuda", dtype=torch.uint8)
+    grid = ((M * N + best["block"] - 1) // best["block"],)
+
+    def copy():
+        bench._stream_kernel[grid](
+            a, b, dst, M * N, BLOCK=best["block"], EVICT=best["evict_first"], num_warps=best["warps"]
+        )
+
+    x = torch.randn((M, 2 * N), device="cuda").bfloat16()
+    o = (torch.empty((M, N), dtype=torch.float8_e4m3fn, device="cuda"), empty_scales((M,), N // 128, False, "cuda"))
+    for sweep in tqdm(range(AE_SWEEPS), desc="AE sweeps"):
+        for layout in ("nil", "il"):
+            calls = {"copy": copy}
+            ref = None
+            for v, flags in AC_VARIANTS.items():
+
+                def call(flags=flags, il=layout == "il"):
+                    with _Variant(flags, None):
+                        return fp8_mod.silu_and_mul_fp8_group_quant(x, out=o, interleaved=il)
+
+                q, sc = call()
+                got = (q.clone(), sc.clone())
+                ref = ref or got
+                assert bits_equal(got[0], ref[0]) and bits_equal(got[1], ref[1]), (layout, v)
+                calls[v] = call
+            timers = {k: bench.GraphTimer([fn]) for k, fn in calls.items()}
+            windows = []
+            try:
+                with provenance.ClockSampler() as clocks:
+                    clocks.mark()  # drop the capture's readings
+                    for p in range(AE_PASSES):
+                        names = list(timers)
+                        for name in names[p % len(names) :] + names[: p % len(names)]:
+                            us = timers[name].replay(bench.ROUNDS)
+                            clocks.mark()
+                            windows.append({"pass": p, "impl": name, "us": [round(u, 3) for u in us]})
+                    for w, mhz in zip(windows, clocks.windows[1:], strict=False):
+                        w["clock_mhz"] = mhz
+                state = provenance.gpu_state()
+            finally:
+                for t in timers.values():
+                    t.close()
+            out["cases"].append(
+                {"sweep": sweep, "case": f"M49152_N3072_{layout}", "reps": {k: t.reps for k, t in timers.items()},
+                 "after": state, "windows": windows}
+            )  # fmt: skip
+    return out
+
+
 def _masked_host() -> list[dict]:
     """Host us per call (``hostbench._per_call_us``: back-to-back eager calls, outputs preallocated,
     PDL on) of the fused op: masked on the work list (T = 2048), masked on the tile slots (T = 256,
@@ -1132,6 +1197,7 @@ def main(argv: list[str]) -> int:
                 "proofs_ac": proofs_ac,
                 "fp8ac": fp8ac,
                 "masked_ad": masked_ad,
+                "ac_clock": ac_clock,
                 "masked_host": _masked_host,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
