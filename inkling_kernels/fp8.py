@@ -862,7 +862,7 @@ def e4m3_paths_mismatches(start: int = 0, count: int = 2**32, device="cuda", _pe
 
 
 def sigmoid_paths_mismatches(
-    start: int = 0, count: int = 2**32, device="cuda", _perturb: bool = False, level: int = None
+    start: int = 0, count: int = 2**32, device="cuda", _perturb: bool = False, level: int | None = None
 ) -> int:
     """How many fp32 inputs in ``[start, start + count)`` give a silu (``g * sigmoid(g)``) with
     other bits when the sigmoid takes the fused FP8 kernel's compiled form (``FTZ_EXP = level``,

@@ -933,14 +933,7 @@ def power() -> dict:
 
     N, M = 3072, 49152
     best = bench.stream_ceiling(M * N, out_dtype=torch.uint8)
-    a, b = (torch.randn(M * N, device="cuda").bfloat16() for _ in range(2))
-    out = torch.empty(M * N, device="cuda", dtype=torch.uint8)
-    grid = ((M * N + best["block"] - 1) // best["block"],)
-
-    def copy():
-        bench._stream_kernel[grid](
-            a, b, out, M * N, BLOCK=best["block"], EVICT=best["evict_first"], num_warps=best["warps"]
-        )
+    copy, _ = bench._fp8_ceiling_copy(M * N, best)
 
     x = torch.randn((M, 2 * N), device="cuda").bfloat16()
     o = (torch.empty((M, N), dtype=torch.float8_e4m3fn, device="cuda"), empty_scales((M,), N // 128, False, "cuda"))
@@ -1032,14 +1025,7 @@ def ac_clock() -> dict:
     M, N = 49152, 3072
     best = bench.stream_ceiling(M * N, out_dtype=torch.uint8)
     out["ceiling_alone"] = best
-    a, b = (torch.randn(M * N, device="cuda").bfloat16() for _ in range(2))
-    dst = torch.empty(M * N, device="cuda", dtype=torch.uint8)
-    grid = ((M * N + best["block"] - 1) // best["block"],)
-
-    def copy():
-        bench._stream_kernel[grid](
-            a, b, dst, M * N, BLOCK=best["block"], EVICT=best["evict_first"], num_warps=best["warps"]
-        )
+    copy, _ = bench._fp8_ceiling_copy(M * N, best)
 
     x = torch.randn((M, 2 * N), device="cuda").bfloat16()
     o = (torch.empty((M, N), dtype=torch.float8_e4m3fn, device="cuda"), empty_scales((M,), N // 128, False, "cuda"))
