@@ -399,6 +399,20 @@ def _division_paths_kernel(
 
 
 @triton.jit
+def _store_b32(ptr, bits, mask):
+    """``tl.store(ptr, bits, mask=mask)`` of 32-bit words as one predicated ``st.global.b32`` an
+    element, in the layout ``bits`` already has (compiled only: PTX)."""
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p st.global.b32 [$1], $3; mov.b32 $0, 0; }",
+        "=r,l,r,r",
+        [ptr, mask.to(tl.int32), bits],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@triton.jit
 def _fp8_group_tile(
     e,  # expert (0 for 2-D inputs)
     pid_m,  # row tile: rows pid_m * BLOCK_M + [0, BLOCK_M)
@@ -434,6 +448,7 @@ def _fp8_group_tile(
     BF16_BITS: tl.constexpr,
     FAST_SCALE: tl.constexpr,
     WARP_REDUX: tl.constexpr,
+    SCALE_ASM: tl.constexpr,
 ):
     """One ``[BLOCK_M rows, BLOCK_G groups]`` tile of :func:`_fp8_group_kernel`."""
     G: tl.constexpr = N // GROUP
@@ -532,7 +547,15 @@ def _fp8_group_tile(
         s = tl.max(s, axis=2)
     s = tl.where(valid[:, None], s, 0.0)
     s_off = e * stride_se + rows[:, None] * stride_sm + g[None, :] * stride_sg
-    tl.store(s_ptr + s_off, s, mask=(valid | pad)[:, None] & g_ok[None, :])
+    s_mask = (valid | pad)[:, None] & g_ok[None, :]
+    if SCALE_ASM:
+        # stored from the layout the group maximum left it in (the threads holding a copy of a
+        # scale all write the same word): tl.store would first move the scales through shared
+        # memory into a layout of its own, with two barriers an item and two shared-memory
+        # addresses that a work-list program keeps across its loop (experiment AF)
+        _store_b32(s_ptr + s_off, s.to(tl.int32, bitcast=True), s_mask)
+    else:
+        tl.store(s_ptr + s_off, s, mask=s_mask)
 
 
 @triton.jit
@@ -591,6 +614,8 @@ def _fp8_group_kernel(
     BF16_BITS: tl.constexpr,  # compiled, bf16: widen and round on the bits (same values)
     FAST_SCALE: tl.constexpr,  # compiled, decode: scale and reciprocal without div_rn (same bits)
     WARP_REDUX: tl.constexpr,  # compiled, one warp a group of 128: the group max by redux.sync
+    SCALE_ASM: tl.constexpr,  # compiled: the scales stored by inline PTX from their own layout
+    PAD_ROWS: tl.constexpr,  # WORK_LIST: T_PAD > T (padding scale rows to zero)
 ):
     G: tl.constexpr = N // GROUP
     G_TILES: tl.constexpr = (G + BLOCK_G - 1) // BLOCK_G
@@ -606,12 +631,14 @@ def _fp8_group_kernel(
         pad_lo = T // BLOCK_M  # row tiles holding a padding row: [pad_lo, pad_hi)
         t = tl.program_id(0)
         if PACK_E_BITS > 0:
-            # an expert's number, rows present and first item in one word: one reduction a lookup
-            starts = ends - tiles
-            packed = (starts << (PACK_E_BITS + PACK_CNT_BITS)) | (cnt << PACK_E_BITS) | eo
+            # an expert's number, rows present and first item in one word: one reduction a lookup.
+            # The item's expert is the last with its first item at or before t, the largest such
+            # word (its first item in the top bits; an expert with no items shares its first item
+            # with the next and, with no rows present, sorts below it)
+            packed = ((ends - tiles) << (PACK_E_BITS + PACK_CNT_BITS)) | (cnt << PACK_E_BITS) | eo
         while t < total:  # a while loop: the interpreter cannot take tensor range bounds
             if PACK_E_BITS > 0:
-                word = tl.sum(tl.where((starts <= t) & (t < ends), packed, 0), 0)
+                word = tl.max(tl.where((packed >> (PACK_E_BITS + PACK_CNT_BITS)) <= t, packed, 0), 0)
                 e = word & ((1 << PACK_E_BITS) - 1)
                 n_e = (word >> PACK_E_BITS) & ((1 << PACK_CNT_BITS) - 1)
                 local = t - (word >> (PACK_E_BITS + PACK_CNT_BITS))
@@ -623,13 +650,15 @@ def _fp8_group_kernel(
                 rt_e = tl.sum(tl.where(sel, rt, 0), 0)
                 n_e = tl.sum(tl.where(sel, cnt, 0), 0)
             j = local // G_TILES
-            pid_m = tl.where(j < rt_e, j, tl.maximum(rt_e, pad_lo) + (j - rt_e))
+            pid_m = j
+            if PAD_ROWS:
+                pid_m = tl.where(j < rt_e, j, tl.maximum(rt_e, pad_lo) + (j - rt_e))
             _fp8_group_tile(
                 e, pid_m, local % G_TILES, n_e,
                 x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
                 stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
                 N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
-                FAST_SCALE, WARP_REDUX,
+                FAST_SCALE, WARP_REDUX, SCALE_ASM,
             )  # fmt: skip
             t += tl.num_programs(0)
     else:
@@ -650,7 +679,7 @@ def _fp8_group_kernel(
                 x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
                 stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
                 N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
-                FAST_SCALE, WARP_REDUX,
+                FAST_SCALE, WARP_REDUX, SCALE_ASM,
             )  # fmt: skip
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -708,6 +737,23 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
 WORK_LIST_PAST = 1
 WORK_LIST_PAST_DECODE = 4  # decode tiles (one row, <= 512 elements): the threshold of experiment H, not remeasured
 WORK_LIST_PER_SM = 16
+# the work list's registers a thread (``maxnreg``; None: ptxas's choice). Its loop keeps 8 more
+# values than the 2-D program holds (ptxas's choice: 48, 10 programs an SM); with the scales
+# stored by inline PTX (``SCALE_STORE_ASM``) and the padding rows' remap compiled only where a
+# launch has them, 40 fit without a spill (12 an SM, as the 2-D program): experiment AF
+WORK_LIST_MAXNREG = 40
+# compiled launches store the scales by inline PTX from the group maximum's layout (``_store_b32``)
+SCALE_STORE_ASM = True
+
+
+def _cap_registers(T: int, t_pad: int, act: int, pair_words: bool, int64: bool) -> bool:
+    """Whether a compiled work-list launch is held to ``WORK_LIST_MAXNREG`` registers: its
+    2048-element programs (past decode; a decode program holds fewer of its own accord), 32-bit
+    offsets, no padding scale rows, and interleaved pairs read as words. Offline (sm_90, ptxas of
+    Triton 3.6, ``tools/sass_count.py``) these compile to 40 registers with no spill at N = 1536 and
+    3072, with and without weights and UE8M0; the others spill 1-8 values at 40 and keep ptxas's
+    count."""
+    return T > DECODE_ROWS and t_pad == T and not int64 and (act != ACT_INTERLEAVED or pair_words)
 
 
 def _pack_bits(on: bool, E: int, T: int, t_pad: int, block_m: int, g_tiles: int) -> dict:
@@ -808,6 +854,7 @@ def _kernel_flags(device: torch.device, dtype: torch.dtype, interpreted: bool) -
         "BF16_BITS": hw and dtype == torch.bfloat16,
         "FAST_SCALE": sm90,  # decode launches only: the launcher turns it off past DECODE_ROWS
         "WARP_REDUX": hw,  # where a warp holds one group: the launcher decides
+        "SCALE_ASM": SCALE_STORE_ASM and not interpreted,
     }
 
 
@@ -1120,6 +1167,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         E_POW2=1 << (E - 1).bit_length() if work_list else 1,
         WORK_LIST=work_list,
         **_pack_bits(work_list, E, T, t_pad, block_m, -(-(N // group_size) // block_g)),
+        PAD_ROWS=work_list and t_pad > T,
         INT64=int64,
         PAIR_WORDS=pair_words,
         USE_PDL=enable_pdl,
@@ -1127,6 +1175,8 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         num_warps=warps,
         **kwargs,
     )
+    if work_list and not interpreted and WORK_LIST_MAXNREG and _cap_registers(T, t_pad, act, pair_words, int64):
+        consts["maxnreg"] = WORK_LIST_MAXNREG
     if work_list:
         # more tile slots than the GPU holds at once: a work list over the tiles present
         # (``_fp8_group_kernel``) on a grid of what the GPU holds of this program at once (at E = 8,
@@ -1152,9 +1202,9 @@ def _launch_kernel(grid: tuple[int, int], device: torch.device, interpreted: boo
         _backend.launch(_fp8_group_kernel, grid, device, *args, **consts)
         return None
     index = _backend.cuda_index(device)
-    warps, pdl = consts["num_warps"], consts["USE_PDL"]
+    warps, pdl, maxnreg = consts["num_warps"], consts["USE_PDL"], consts.get("maxnreg")
     key, values = _launch_key(index, args, consts, warps, pdl)
-    _LAUNCHER(key, grid[0], index, (*args, *values), warps, pdl, grid[1])
+    _LAUNCHER(key, grid[0], index, (*args, *values), warps, pdl, grid[1], maxnreg=maxnreg)
     return key, values
 
 
@@ -1170,7 +1220,7 @@ def _launch_key(index: int, args: tuple, consts: dict, warps: int, pdl: bool) ->
     the 17 runtime arguments, what Triton specializes on (:func:`_backend.arg_spec`: dtype and
     16-byte alignment of each pointer; width, == 1 and % 16 of each integer)."""
     values = tuple(consts[name] for name in _CONSTEXPRS)
-    return (index, warps, pdl, values, *map(_backend.arg_spec, args)), values
+    return (index, warps, pdl, consts.get("maxnreg"), values, *map(_backend.arg_spec, args)), values
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1192,7 +1242,8 @@ def _knobs() -> tuple:
     return (
         _launch_config, _kernel_flags, _hw_e4m3, _pair_words, _warp_redux_ok, _programs_an_sm, _PROGRAMS_AN_SM,
         _occupancy, _resident_programs, _launch_kernel, _launch_key, _canonical_scales, _scale_shape, empty_scales,
-        WORK_LIST_PAST, WORK_LIST_PAST_DECODE, WORK_LIST_PER_SM, _pack_bits, DECODE_ROWS, DIV_16BIT, INT32_LIMIT,
+        WORK_LIST_PAST, WORK_LIST_PAST_DECODE, WORK_LIST_PER_SM, WORK_LIST_MAXNREG, SCALE_STORE_ASM, _cap_registers,
+        _pack_bits, DECODE_ROWS, DIV_16BIT, INT32_LIMIT,
         _backend.uses_interpreter, _backend.cuda_index, _backend.capability, _backend.sm_count,
     )  # fmt: skip
 

@@ -573,14 +573,22 @@ def _masked_variant(v: dict, fn):
 
 
 def _masked_variant_rows(
-    T: int, ragged: tuple, flat_rows: tuple, variants: dict, desc: str, enable_pdl=None, cold: bool = False
+    T: int,
+    ragged: tuple,
+    flat_rows: tuple,
+    variants: dict,
+    desc: str,
+    enable_pdl=None,
+    cold: bool = False,
+    flat_variants: bool = False,
 ) -> list[dict]:
     """``_masked_rows`` for every variant in the same passes; each variant's rows present (bytes
     and scales) compared bit for bit with the published launch's, and the rows absent left as
     poisoned, before timing. ``cold``: every call rotates over enough input and output sets that
     at least ``bench.COLD_FACTOR`` L2s of the smallest timed call's bytes pass between two uses of
     a set (the benchmark's cold L2; 21963ec sized them by the full call's, too few for the ragged
-    calls); the check runs on the first set."""
+    calls); the check runs on the first set. ``flat_variants``: the 2-D calls of the rows present
+    under every variant too (``{variant}_2d_{rows}``), for variants that change the 2-D program."""
     from inkling_kernels.fp8 import empty_scales
 
     op = fp8_mod.silu_and_mul_fp8_group_quant
@@ -630,7 +638,12 @@ def _masked_variant_rows(
                     empty_scales((present_rows,), N // 128, False, "cuda"),
                 )
                 fns.append(lambda flat=flat, out=out: op(flat, out=out, interleaved=False, enable_pdl=enable_pdl))
-            calls[f"2d_{present_rows}"] = fns if cold else fns[0]
+            if flat_variants:
+                for vname, v in variants.items():
+                    wrapped = [_masked_variant(v, fn) for fn in fns]
+                    calls[f"{vname}_2d_{present_rows}"] = wrapped if cold else wrapped[0]
+            else:
+                calls[f"2d_{present_rows}"] = fns if cold else fns[0]
         rows.append(
             {
                 "N": N,
@@ -883,15 +896,16 @@ def masked_z() -> list[dict]:
     return _masked_variant_rows(256, ragged, (sum(ragged), 2048), Z_VARIANTS, "Z, T = 256")
 
 
-def _masked_shapes(variants: dict, name: str) -> list[dict]:
+def _masked_shapes(variants: dict, name: str, flat_variants: bool = False) -> list[dict]:
     """``variants`` at T = 256 (the 921 rows, full, empty, with the 2-D calls of 921 and 2048 rows),
     the 921 rows at T = 512 and 2048, and the counts x 8 at T = 2048 (experiments AA and AB)."""
     ragged = tuple(fp8_bench.MASKED_COUNTS)
-    rows = _masked_variant_rows(256, ragged, (sum(ragged), 2048), variants, f"{name}, T = 256")
+    fv = {"flat_variants": flat_variants}
+    rows = _masked_variant_rows(256, ragged, (sum(ragged), 2048), variants, f"{name}, T = 256", **fv)
     for T in (512, 2048):
-        rows += _masked_variant_rows(T, ragged, (sum(ragged),), variants, f"{name}, T = {T}, 921 rows")
+        rows += _masked_variant_rows(T, ragged, (sum(ragged),), variants, f"{name}, T = {T}, 921 rows", **fv)
     big = tuple(8 * c for c in ragged)
-    return rows + _masked_variant_rows(2048, big, (sum(big),), variants, f"{name}, T = 2048 x 8")
+    return rows + _masked_variant_rows(2048, big, (sum(big),), variants, f"{name}, T = 2048 x 8", **fv)
 
 
 # Experiment AA (a1c0c36; the knob was removed after it, the step needs that commit's package):
@@ -1068,6 +1082,48 @@ def ac_clock() -> dict:
     return out
 
 
+# Experiment AF (2026-12-01): the work list's loop keeps 8 registers more than the 2-D program (48,
+# 10 programs an SM, against 39-40, 12); offline, without its loop it holds 40. tl.store of the
+# scales moves them through shared memory (two barriers an item in the loop, two shared-memory
+# addresses kept across it); stored by inline PTX from the group maximum's layout
+# (``SCALE_STORE_ASM``), the padding rows' remap compiled only where a launch has them, the
+# program fits 40 registers with no spill (``WORK_LIST_MAXNREG``). The store changes the 2-D
+# program too (39 -> 35 registers, 365 -> 347 instructions), so the 2-D calls run under every
+# variant. "launched": the launch before AF (the scales by tl.store, ptxas's registers).
+AF_VARIANTS = {
+    "launched": {"SCALE_STORE_ASM": False, "WORK_LIST_MAXNREG": None},
+    "asm_store": {"SCALE_STORE_ASM": True, "WORK_LIST_MAXNREG": None},
+    "asm_store_40": {"SCALE_STORE_ASM": True, "WORK_LIST_MAXNREG": 40},
+}
+AF_2D = ["M49152_N3072_nil", "M49152_N3072_il", "M49152_N1536_nil_colmajor_ue8m0", "M8192_N3072_il"]
+AF_2D += ["M1024_N3072_nil", "M16_N1536_nil", "M16_N3072_il"]
+
+
+def masked_af() -> dict:
+    """``AF_VARIANTS`` on the masked shapes (with the 2-D calls under every variant) and on 2-D
+    cases (the store alone matters there), in the same passes; bits compared before timing."""
+    masked = _masked_shapes(AF_VARIANTS, "AF", flat_variants=True)
+    rows = []
+    cases = {c["name"]: c for c in fp8_bench.fp8_cases()}
+    for name in tqdm(AF_2D, desc="AF 2-D"):
+        case = cases[name]
+        impls = fp8_bench.fp8_impls(case)
+        fn, nbytes = impls["fused"]
+        calls, ref = {}, None
+        for vname, v in AF_VARIANTS.items():
+            call = _masked_variant(v, fn)
+            got = tuple(t.clone() for t in fp8_bench.present_rows(case, *call()))
+            ref = ref or got
+            assert bits_equal(got[0], ref[0]) and bits_equal(got[1], ref[1]), (name, vname)
+            calls[vname] = call
+        if case["M"] <= 16:
+            g = torch.randn((case["M"], 2 * case["N"]), device="cuda").bfloat16()
+            o = torch.empty((case["M"], case["N"]), device="cuda", dtype=torch.bfloat16)
+            calls["silu_and_mul"] = lambda g=g, o=o, il=case["interleaved"]: silu_and_mul(g, interleaved=il, out=o)
+        rows.append({"case": name, "bytes": nbytes, **_timings(calls, nbytes)})
+    return {"masked": masked, "2d": rows}
+
+
 def _masked_host() -> list[dict]:
     """Host us per call (``hostbench._per_call_us``: back-to-back eager calls, outputs preallocated,
     PDL on) of the fused op: masked on the work list (T = 2048), masked on the tile slots (T = 256,
@@ -1184,6 +1240,7 @@ def main(argv: list[str]) -> int:
                 "fp8ac": fp8ac,
                 "masked_ad": masked_ad,
                 "ac_clock": ac_clock,
+                "masked_af": masked_af,
                 "masked_host": _masked_host,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)

@@ -96,7 +96,7 @@ def registers(compiled) -> int:
     return int(re.search(r"REG:(\d+)", cuobjdump(compiled, "-res-usage")).group(1))
 
 
-def compile_program(warps=4, **over):
+def compile_program(warps=4, maxnreg=None, **over):
     sig = {"x_ptr": "*bf16", "w_ptr": "*fp32", "masked_m_ptr": "*i32", "q_ptr": "*u8", "s_ptr": "*fp32"}
     sig |= {"T": "i32", "T_PAD": "i32"} | dict.fromkeys(INTS, "i32")
     consts = dict(N=3072, GROUP=128, ACT=2, HAS_WEIGHT=False, HAS_MASK=False, UE8M0=False, BLOCK_M=16, BLOCK_G=1)
@@ -112,11 +112,16 @@ def compile_program(warps=4, **over):
         PAIR_WORDS=False,
     )
     # the decode and masked programs: the launched sigmoid (FTZ_EXP = 2 since experiment AC)
-    consts |= dict(FTZ_EXP=fp8_mod.SIGMOID_FAST, BF16_BITS=True, FAST_SCALE=False, WARP_REDUX=False) | over
+    consts |= dict(FTZ_EXP=fp8_mod.SIGMOID_FAST, BF16_BITS=True, FAST_SCALE=False, WARP_REDUX=False)
+    # the scale store by inline PTX (launched since experiment AF), no padding rows
+    consts |= dict(SCALE_ASM=fp8_mod.SCALE_STORE_ASM, PAD_ROWS=False) | over
+    options = {"num_warps": warps, "launch_pdl": True}
+    if maxnreg is not None:
+        options["maxnreg"] = maxnreg
     sig |= dict.fromkeys(consts, "constexpr")
     attrs = {(i,): [["tt.divisibility", 16]] for i in [0, 1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15]}
     src = ASTSource(fp8_mod._fp8_group_kernel, sig, consts, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "launch_pdl": True})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
 def sass_opcodes(compiled) -> list[str]:
