@@ -399,6 +399,14 @@ def _division_paths_kernel(
 
 
 @triton.jit
+def _load(ptr, mask, MASKED: tl.constexpr):
+    """``tl.load(ptr, mask=mask, other=0)`` where ``MASKED``, else ``tl.load(ptr)``."""
+    if MASKED:
+        return tl.load(ptr, mask=mask, other=0)
+    return tl.load(ptr)
+
+
+@triton.jit
 def _store_b32(ptr, bits, mask):
     """``tl.store(ptr, bits, mask=mask)`` of 32-bit words as one predicated ``st.global.b32`` an
     element, in the layout ``bits`` already has (compiled only: PTX)."""
@@ -449,6 +457,7 @@ def _fp8_group_tile(
     FAST_SCALE: tl.constexpr,
     WARP_REDUX: tl.constexpr,
     SCALE_ASM: tl.constexpr,
+    PAD_ROWS: tl.constexpr,
 ):
     """One ``[BLOCK_M rows, BLOCK_G groups]`` tile of :func:`_fp8_group_kernel`."""
     G: tl.constexpr = N // GROUP
@@ -462,22 +471,34 @@ def _fp8_group_tile(
     g_ok = g < G
     cols = g[None, :, None] * GROUP + tl.arange(0, GROUP)[None, None, :]  # [1, BLOCK_G, GROUP]
     mask = valid[:, None, None] & g_ok[None, :, None]
-    row_off = e * stride_xe + rows[:, None, None] * stride_xm
+    if PAD_ROWS:
+        # a tile may hold padding scale rows only, of an expert with no row present: masked loads
+        rows_ld, g_ld, ld_mask = rows, g, mask
+    else:
+        # unmasked loads: rows past the present ones read the last present row again (never an
+        # absent row; such a tile holds a present row), groups past G the last group. ptxas then
+        # loads straight into the registers it computes on, where a masked load with a fill value
+        # cost a move an element in the work list's loop (experiment AF); the stores stay masked
+        rows_ld = tl.maximum(tl.minimum(rows, n_rows - 1), 0)
+        g_ld = tl.minimum(g, G - 1)
+        ld_mask = None
+    cols_ld = g_ld[None, :, None] * GROUP + tl.arange(0, GROUP)[None, None, :]
+    row_off = e * stride_xe + rows_ld[:, None, None] * stride_xm
 
     # 1. The activation as stored: x itself, or silu(gate) * up [* w] rounded to the storage dtype.
     if ACT == 0:
-        y = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0).to(tl.float32)
+        y = _load(x_ptr + row_off + cols_ld, ld_mask, PAD_ROWS).to(tl.float32)
     else:
         if ACT == 1 and PAIR_WORDS:
             # 16-bit gate/up pairs read as one 32-bit word each (little-endian: gate in the low
             # half), in the output's own [rows, groups, GROUP] shape: no de-interleave in registers,
             # and the load, the group maximum and the byte store share one layout
-            words = tl.load(
+            words = _load(
                 x_ptr.to(tl.pointer_type(tl.uint32), bitcast=True)
-                + (e * (stride_xe // 2) + rows[:, None, None] * (stride_xm // 2))
-                + cols,
-                mask=mask,
-                other=0,
+                + (e * (stride_xe // 2) + rows_ld[:, None, None] * (stride_xm // 2))
+                + cols_ld,
+                ld_mask,
+                PAD_ROWS,
             )
             if BF16_BITS:
                 # a bf16 is the top half of the fp32 with the same value: one shift or one and
@@ -487,15 +508,19 @@ def _fp8_group_tile(
                 gate = (words & 0xFFFF).to(tl.uint16).to(x_ptr.dtype.element_ty, bitcast=True)
                 up = (words >> 16).to(tl.uint16).to(x_ptr.dtype.element_ty, bitcast=True)
         elif ACT == 1:
-            cols2 = g[None, :, None] * (2 * GROUP) + tl.arange(0, 2 * GROUP)[None, None, :]
-            pairs = tl.load(x_ptr + row_off + cols2, mask=mask, other=0.0)
+            cols2 = g_ld[None, :, None] * (2 * GROUP) + tl.arange(0, 2 * GROUP)[None, None, :]
+            pairs = _load(x_ptr + row_off + cols2, ld_mask, PAD_ROWS)
             gate, up = tl.split(tl.reshape(pairs, (BLOCK_M, BLOCK_G, GROUP, 2)))
         else:
-            gate = tl.load(x_ptr + row_off + cols, mask=mask, other=0.0)
-            up = tl.load(x_ptr + row_off + N + cols, mask=mask, other=0.0)
+            gate = _load(x_ptr + row_off + cols_ld, ld_mask, PAD_ROWS)
+            up = _load(x_ptr + row_off + N + cols_ld, ld_mask, PAD_ROWS)
         a = _silu_mul(gate, up, FTZ_EXP)
         if HAS_WEIGHT:
-            w = tl.load(w_ptr + e * stride_we + rows * stride_wm, mask=valid, other=0.0, eviction_policy="evict_last")
+            w_off = e * stride_we + rows_ld * stride_wm
+            if PAD_ROWS:
+                w = tl.load(w_ptr + w_off, mask=valid, other=0.0, eviction_policy="evict_last")
+            else:
+                w = tl.load(w_ptr + w_off, eviction_policy="evict_last")
             a = a * w.to(tl.float32)[:, None, None]
         if BF16_BITS:
             y = _bf16_round(a)
@@ -615,7 +640,7 @@ def _fp8_group_kernel(
     FAST_SCALE: tl.constexpr,  # compiled, decode: scale and reciprocal without div_rn (same bits)
     WARP_REDUX: tl.constexpr,  # compiled, one warp a group of 128: the group max by redux.sync
     SCALE_ASM: tl.constexpr,  # compiled: the scales stored by inline PTX from their own layout
-    PAD_ROWS: tl.constexpr,  # WORK_LIST: T_PAD > T (padding scale rows to zero)
+    PAD_ROWS: tl.constexpr,  # T_PAD > T: padding scale rows to zero (and masked loads)
 ):
     G: tl.constexpr = N // GROUP
     G_TILES: tl.constexpr = (G + BLOCK_G - 1) // BLOCK_G
@@ -658,7 +683,7 @@ def _fp8_group_kernel(
                 x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
                 stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
                 N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
-                FAST_SCALE, WARP_REDUX, SCALE_ASM,
+                FAST_SCALE, WARP_REDUX, SCALE_ASM, PAD_ROWS,
             )  # fmt: skip
             t += tl.num_programs(0)
     else:
@@ -679,7 +704,7 @@ def _fp8_group_kernel(
                 x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
                 stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
                 N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, DIV, PAIR_WORDS, FTZ_EXP, BF16_BITS,
-                FAST_SCALE, WARP_REDUX, SCALE_ASM,
+                FAST_SCALE, WARP_REDUX, SCALE_ASM, PAD_ROWS,
             )  # fmt: skip
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -741,9 +766,11 @@ WORK_LIST_PER_SM = 16
 # values than the 2-D program holds (ptxas's choice: 48, 10 programs an SM); with the scales
 # stored by inline PTX (``SCALE_STORE_ASM``) and the padding rows' remap compiled only where a
 # launch has them, 40 fit without a spill (12 an SM, as the 2-D program): experiment AF
-WORK_LIST_MAXNREG = 40
+WORK_LIST_MAXNREG = None
 # compiled launches store the scales by inline PTX from the group maximum's layout (``_store_b32``)
 SCALE_STORE_ASM = True
+SCALE_STORE_ASM_DECODE = False  # decode launches too
+MASKED_LOADS = False  # masked loads with a fill value everywhere (as before experiment AF)
 
 
 def _cap_registers(T: int, t_pad: int, act: int, pair_words: bool, int64: bool) -> bool:
@@ -1135,6 +1162,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
     # us at M = 16); in the 2048-element programs ptxas then issues one of the four loads after
     # the first arithmetic, and M = 1024 to 49152 and the masked calls lost 2-5%
     flags["FAST_SCALE"] = flags["FAST_SCALE"] and T <= DECODE_ROWS
+    flags["SCALE_ASM"] = flags.get("SCALE_ASM", False) and (T > DECODE_ROWS or SCALE_STORE_ASM_DECODE)
     pair_words = act == ACT_INTERLEAVED and _pair_words(x3)
     if not _warp_redux_ok(act, pair_words, group_size, block_m * block_g * group_size, warps, T):
         flags["WARP_REDUX"] = False
@@ -1167,7 +1195,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         E_POW2=1 << (E - 1).bit_length() if work_list else 1,
         WORK_LIST=work_list,
         **_pack_bits(work_list, E, T, t_pad, block_m, -(-(N // group_size) // block_g)),
-        PAD_ROWS=work_list and t_pad > T,
+        PAD_ROWS=t_pad > T or MASKED_LOADS,
         INT64=int64,
         PAIR_WORDS=pair_words,
         USE_PDL=enable_pdl,
@@ -1243,7 +1271,7 @@ def _knobs() -> tuple:
         _launch_config, _kernel_flags, _hw_e4m3, _pair_words, _warp_redux_ok, _programs_an_sm, _PROGRAMS_AN_SM,
         _occupancy, _resident_programs, _launch_kernel, _launch_key, _canonical_scales, _scale_shape, empty_scales,
         WORK_LIST_PAST, WORK_LIST_PAST_DECODE, WORK_LIST_PER_SM, WORK_LIST_MAXNREG, SCALE_STORE_ASM, _cap_registers,
-        _pack_bits, DECODE_ROWS, DIV_16BIT, INT32_LIMIT,
+        SCALE_STORE_ASM_DECODE, MASKED_LOADS, _pack_bits, DECODE_ROWS, DIV_16BIT, INT32_LIMIT,
         _backend.uses_interpreter, _backend.cuda_index, _backend.capability, _backend.sm_count,
     )  # fmt: skip
 

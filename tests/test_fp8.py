@@ -1311,9 +1311,11 @@ def test_gpu_kernel_switches_do_not_move_a_bit(gen, interleaved):
         "BF16_BITS": False,
         "FAST_SCALE": False,
         "WARP_REDUX": False,
+        "SCALE_ASM": False,
     }
     variants = [
         {},
+        {"SCALE_ASM": True},
         {"DIV": fp8_mod.DIV_MARKSTEIN},
         {"DIV": fp8_mod.DIV_SPLIT},
         {"FTZ_EXP": 1},

@@ -100,7 +100,7 @@ class _Variant:
 
 
 # switches added after experiment D, off unless a variant names them
-_OFF = {"FTZ_EXP": False, "BF16_BITS": False, "FAST_SCALE": False, "WARP_REDUX": False}
+_OFF = {"FTZ_EXP": False, "BF16_BITS": False, "FAST_SCALE": False, "WARP_REDUX": False, "SCALE_ASM": False}
 
 
 def _fused_call(case, hw, tile):
@@ -1091,26 +1091,40 @@ def ac_clock() -> dict:
 # program too (39 -> 35 registers, 365 -> 347 instructions), so the 2-D calls run under every
 # variant. "launched": the launch before AF (the scales by tl.store, ptxas's registers).
 AF_VARIANTS = {
-    "launched": {"SCALE_STORE_ASM": False, "WORK_LIST_MAXNREG": None},
-    "asm_store": {"SCALE_STORE_ASM": True, "WORK_LIST_MAXNREG": None},
-    "asm_store_40": {"SCALE_STORE_ASM": True, "WORK_LIST_MAXNREG": 40},
+    "launched": {"SCALE_STORE_ASM": False, "WORK_LIST_MAXNREG": None, "MASKED_LOADS": True},
+    "asm_store": {"SCALE_STORE_ASM": True, "WORK_LIST_MAXNREG": None, "MASKED_LOADS": True},
+    "asm_store_40": {"SCALE_STORE_ASM": True, "WORK_LIST_MAXNREG": 40, "MASKED_LOADS": True},
 }
 AF_2D = ["M49152_N3072_nil", "M49152_N3072_il", "M49152_N1536_nil_colmajor_ue8m0", "M8192_N3072_il"]
 AF_2D += ["M1024_N3072_nil", "M16_N1536_nil", "M16_N3072_il"]
+# AF2 (its first run, 9968a59, in data/experiments/experiment_af_h200.json): the PTX store gained
+# 3-9% below M = 49152 but the 40-register cap gained nothing and cost 0.33 us an empty call, and the
+# loop still executed about 30 instructions an item more than a 2-D program: ptxas filled a masked
+# load's registers with zeros and moved each loaded word under the predicate. Unmasked loads (rows
+# past the present ones read the last present row again) take those away. "launched": 9513352's
+# launch (tl.store, masked loads); "af": the PTX store past decode and unmasked loads; "af_dasm":
+# also the PTX store at decode; "af_40": also the cap.
+AF2_VARIANTS = {
+    "launched": {"SCALE_STORE_ASM": False, "MASKED_LOADS": True, "WORK_LIST_MAXNREG": None},
+    "af": {"SCALE_STORE_ASM": True, "MASKED_LOADS": False, "WORK_LIST_MAXNREG": None},
+    "af_dasm": {"SCALE_STORE_ASM": True, "SCALE_STORE_ASM_DECODE": True, "MASKED_LOADS": False},
+    "af_40": {"SCALE_STORE_ASM": True, "MASKED_LOADS": False, "WORK_LIST_MAXNREG": 40},
+}
+AF2_2D = AF_2D + ["M16_N3072_nil", "M16_N1536_il"]
 
 
-def masked_af() -> dict:
-    """``AF_VARIANTS`` on the masked shapes (with the 2-D calls under every variant) and on 2-D
-    cases (the store alone matters there), in the same passes; bits compared before timing."""
-    masked = _masked_shapes(AF_VARIANTS, "AF", flat_variants=True)
+def masked_af(variants: dict = AF_VARIANTS, names: list[str] = AF_2D) -> dict:
+    """``variants`` on the masked shapes (with the 2-D calls under every variant) and on 2-D cases
+    (the store alone matters there), in the same passes; bits compared before timing."""
+    masked = _masked_shapes(variants, "AF", flat_variants=True)
     rows = []
     cases = {c["name"]: c for c in fp8_bench.fp8_cases()}
-    for name in tqdm(AF_2D, desc="AF 2-D"):
+    for name in tqdm(names, desc="AF 2-D"):
         case = cases[name]
         impls = fp8_bench.fp8_impls(case)
         fn, nbytes = impls["fused"]
         calls, ref = {}, None
-        for vname, v in AF_VARIANTS.items():
+        for vname, v in variants.items():
             call = _masked_variant(v, fn)
             got = tuple(t.clone() for t in fp8_bench.present_rows(case, *call()))
             ref = ref or got
@@ -1241,6 +1255,7 @@ def main(argv: list[str]) -> int:
                 "masked_ad": masked_ad,
                 "ac_clock": ac_clock,
                 "masked_af": masked_af,
+                "masked_af2": lambda: masked_af(AF2_VARIANTS, AF2_2D),
                 "masked_host": _masked_host,
             }[step]()
         print(f"{step}: {time.perf_counter() - t0:.1f} s", flush=True)
