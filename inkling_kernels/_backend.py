@@ -295,7 +295,7 @@ class CudaLauncher:
     no specialization of every argument by Triton's ``JITFunction.run``).
 
     The caller passes ``key``, which must determine everything Triton specializes on: the
-    constexpr values, the launch options (``num_warps``, ``launch_pdl``, ``maxnreg``), and :func:`arg_spec` of
+    constexpr values, the launch options (``num_warps``, ``launch_pdl``), and :func:`arg_spec` of
     every runtime argument (dtypes, 16-byte alignment of pointers, int width and the ==1 / %16
     properties of specialized ints). ``args`` are all of the kernel's parameters in order
     (constexprs included, as Triton's own launcher passes them). The first launch of a key goes
@@ -314,15 +314,7 @@ class CudaLauncher:
         self._lock = threading.Lock()
 
     def __call__(
-        self,
-        key,
-        grid0: int,
-        device_index: int,
-        args: tuple,
-        num_warps: int,
-        launch_pdl: bool,
-        grid1: int = 1,
-        maxnreg: int | None = None,
+        self, key, grid0: int, device_index: int, args: tuple, num_warps: int, launch_pdl: bool, grid1: int = 1
     ):
         entry = self._cache.get(key)
         if entry is not None and _no_launch_hooks() and _get_device() == device_index:
@@ -333,16 +325,13 @@ class CudaLauncher:
                 None, None, packed_metadata, None, None, None, *args,
             )  # fmt: skip
             return
-        self._first_launch(key, grid0, grid1, device_index, args, num_warps, launch_pdl, maxnreg)
+        self._first_launch(key, grid0, grid1, device_index, args, num_warps, launch_pdl)
 
-    def _first_launch(self, key, grid0, grid1, device_index, args, num_warps, launch_pdl, maxnreg=None):
+    def _first_launch(self, key, grid0, grid1, device_index, args, num_warps, launch_pdl):
         n = self.n_runtime
         constexprs = dict(zip(self.constexpr_names, args[n:]))
-        options = {"num_warps": num_warps, "launch_pdl": launch_pdl}
-        if maxnreg is not None:
-            options["maxnreg"] = maxnreg
         with torch.cuda.device(device_index):
-            compiled = self.kernel[(grid0, grid1)](*args[:n], **constexprs, **options)
+            compiled = self.kernel[(grid0, grid1)](*args[:n], **constexprs, num_warps=num_warps, launch_pdl=launch_pdl)
             launcher = compiled.run  # loads the module on this device
         if not _no_launch_hooks():
             return

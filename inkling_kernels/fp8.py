@@ -762,25 +762,12 @@ def _launch_config(rows: int, G: int, group: int, interpreted: bool) -> tuple[in
 WORK_LIST_PAST = 1
 WORK_LIST_PAST_DECODE = 4  # decode tiles (one row, <= 512 elements): the threshold of experiment H, not remeasured
 WORK_LIST_PER_SM = 16
-# the work list's registers a thread (``maxnreg``; None: ptxas's choice). Its loop keeps 8 more
-# values than the 2-D program holds (ptxas's choice: 48, 10 programs an SM); with the scales
-# stored by inline PTX (``SCALE_STORE_ASM``) and the padding rows' remap compiled only where a
-# launch has them, 40 fit without a spill (12 an SM, as the 2-D program): experiment AF
-WORK_LIST_MAXNREG = None
-# compiled launches store the scales by inline PTX from the group maximum's layout (``_store_b32``)
+# compiled launches store the scales by inline PTX from the group maximum's layout (``_store_b32``;
+# experiment AF2: 3-8% faster below M = 49152, 0.01-0.05 us at decode, M = 49152 a tie)
 SCALE_STORE_ASM = True
-SCALE_STORE_ASM_DECODE = False  # decode launches too
-MASKED_LOADS = False  # masked loads with a fill value everywhere (as before experiment AF)
-
-
-def _cap_registers(T: int, t_pad: int, act: int, pair_words: bool, int64: bool) -> bool:
-    """Whether a compiled work-list launch is held to ``WORK_LIST_MAXNREG`` registers: its
-    2048-element programs (past decode; a decode program holds fewer of its own accord), 32-bit
-    offsets, no padding scale rows, and interleaved pairs read as words. Offline (sm_90, ptxas of
-    Triton 3.6, ``tools/sass_count.py``) these compile to 40 registers with no spill at N = 1536 and
-    3072, with and without weights and UE8M0; the others spill 1-8 values at 40 and keep ptxas's
-    count."""
-    return T > DECODE_ROWS and t_pad == T and not int64 and (act != ACT_INTERLEAVED or pair_words)
+# for experiments: masked loads with a fill value in every tile, as launched before experiment AF
+# (else only where a tile may hold padding scale rows only, ``PAD_ROWS``)
+MASKED_LOADS = False
 
 
 def _pack_bits(on: bool, E: int, T: int, t_pad: int, block_m: int, g_tiles: int) -> dict:
@@ -881,7 +868,7 @@ def _kernel_flags(device: torch.device, dtype: torch.dtype, interpreted: bool) -
         "BF16_BITS": hw and dtype == torch.bfloat16,
         "FAST_SCALE": sm90,  # decode launches only: the launcher turns it off past DECODE_ROWS
         "WARP_REDUX": hw,  # where a warp holds one group: the launcher decides
-        "SCALE_ASM": SCALE_STORE_ASM and not interpreted,
+        "SCALE_ASM": SCALE_STORE_ASM and not interpreted,  # any compiled launch
     }
 
 
@@ -1162,7 +1149,6 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
     # us at M = 16); in the 2048-element programs ptxas then issues one of the four loads after
     # the first arithmetic, and M = 1024 to 49152 and the masked calls lost 2-5%
     flags["FAST_SCALE"] = flags["FAST_SCALE"] and T <= DECODE_ROWS
-    flags["SCALE_ASM"] = flags.get("SCALE_ASM", False) and (T > DECODE_ROWS or SCALE_STORE_ASM_DECODE)
     pair_words = act == ACT_INTERLEAVED and _pair_words(x3)
     if not _warp_redux_ok(act, pair_words, group_size, block_m * block_g * group_size, warps, T):
         flags["WARP_REDUX"] = False
@@ -1203,8 +1189,6 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         num_warps=warps,
         **kwargs,
     )
-    if work_list and not interpreted and WORK_LIST_MAXNREG and _cap_registers(T, t_pad, act, pair_words, int64):
-        consts["maxnreg"] = WORK_LIST_MAXNREG
     if work_list:
         # more tile slots than the GPU holds at once: a work list over the tiles present
         # (``_fp8_group_kernel``) on a grid of what the GPU holds of this program at once (at E = 8,
@@ -1230,9 +1214,9 @@ def _launch_kernel(grid: tuple[int, int], device: torch.device, interpreted: boo
         _backend.launch(_fp8_group_kernel, grid, device, *args, **consts)
         return None
     index = _backend.cuda_index(device)
-    warps, pdl, maxnreg = consts["num_warps"], consts["USE_PDL"], consts.get("maxnreg")
+    warps, pdl = consts["num_warps"], consts["USE_PDL"]
     key, values = _launch_key(index, args, consts, warps, pdl)
-    _LAUNCHER(key, grid[0], index, (*args, *values), warps, pdl, grid[1], maxnreg=maxnreg)
+    _LAUNCHER(key, grid[0], index, (*args, *values), warps, pdl, grid[1])
     return key, values
 
 
@@ -1248,7 +1232,7 @@ def _launch_key(index: int, args: tuple, consts: dict, warps: int, pdl: bool) ->
     the 17 runtime arguments, what Triton specializes on (:func:`_backend.arg_spec`: dtype and
     16-byte alignment of each pointer; width, == 1 and % 16 of each integer)."""
     values = tuple(consts[name] for name in _CONSTEXPRS)
-    return (index, warps, pdl, consts.get("maxnreg"), values, *map(_backend.arg_spec, args)), values
+    return (index, warps, pdl, values, *map(_backend.arg_spec, args)), values
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1270,8 +1254,8 @@ def _knobs() -> tuple:
     return (
         _launch_config, _kernel_flags, _hw_e4m3, _pair_words, _warp_redux_ok, _programs_an_sm, _PROGRAMS_AN_SM,
         _occupancy, _resident_programs, _launch_kernel, _launch_key, _canonical_scales, _scale_shape, empty_scales,
-        WORK_LIST_PAST, WORK_LIST_PAST_DECODE, WORK_LIST_PER_SM, WORK_LIST_MAXNREG, SCALE_STORE_ASM, _cap_registers,
-        SCALE_STORE_ASM_DECODE, MASKED_LOADS, _pack_bits, DECODE_ROWS, DIV_16BIT, INT32_LIMIT,
+        WORK_LIST_PAST, WORK_LIST_PAST_DECODE, WORK_LIST_PER_SM, SCALE_STORE_ASM, MASKED_LOADS, _pack_bits,
+        DECODE_ROWS, DIV_16BIT, INT32_LIMIT,
         _backend.uses_interpreter, _backend.cuda_index, _backend.capability, _backend.sm_count,
     )  # fmt: skip
 

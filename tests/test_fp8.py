@@ -580,7 +580,6 @@ def test_fp8_launch_key_covers_every_constexpr_and_specialization(monkeypatch):
         fp8_mod._launch_key(1, args, consts, 4, True)[0],  # another device
         fp8_mod._launch_key(0, args, consts, 8, True)[0],  # warps
         fp8_mod._launch_key(0, args, consts, 4, False)[0],  # PDL
-        fp8_mod._launch_key(0, args, consts | {"maxnreg": 40}, 4, True)[0],  # a register cap
         fp8_mod._launch_key(0, args, consts | {"WORK_LIST": 99}, 4, True)[0],  # a constexpr
         fp8_mod._launch_key(0, (buf[1:17], *args[1:]), consts, 4, True)[0],  # an unaligned pointer
         fp8_mod._launch_key(0, (*args[:5], 1, *args[6:]), consts, 4, True)[0],  # an int equal to 1
@@ -591,7 +590,7 @@ def test_fp8_launch_key_covers_every_constexpr_and_specialization(monkeypatch):
     assert len({key, *changed}) == len(changed) + 1
     # what a compiled launch passes: the constexprs and exactly the launch options the thin
     # launcher forwards (num_warps, launch_pdl, named even when off: the occupancy warmup then
-    # compiles the same program; maxnreg where the work list is capped), nothing it would drop
+    # compiles the same program), nothing it would drop
     seen = []
     monkeypatch.setattr(fp8_mod, "_launch_kernel", lambda grid, device, interpreted, a, kw: seen.append(kw))
     monkeypatch.setattr(_backend, "uses_interpreter", lambda device: False)
@@ -604,8 +603,8 @@ def test_fp8_launch_key_covers_every_constexpr_and_specialization(monkeypatch):
         silu_and_mul_fp8_group_quant(gateup, masked_m=counts, enable_pdl=pdl)  # stubbed: never launched
     for kw, pdl in zip(seen, (False, True), strict=True):
         assert set(kw) == {*fp8_mod._CONSTEXPRS, "num_warps", "launch_pdl"} and kw["launch_pdl"] is pdl
-    # past decode the work list is held to WORK_LIST_MAXNREG registers, except where it would spill
-    # (padding scale rows, interleaved pairs that are not 4-byte words: ``_cap_registers``)
+    # loads are masked only where a tile may hold padding scale rows alone (column-major scales
+    # with rows not a multiple of 4: ``PAD_ROWS``), else unmasked on rows clamped to those present
     seen.clear()
     big = torch.randn(2, 130, 512).bfloat16()
     counts = torch.tensor([130, 7], dtype=torch.int32)
@@ -618,7 +617,6 @@ def test_fp8_launch_key_covers_every_constexpr_and_specialization(monkeypatch):
     ):
         silu_and_mul_fp8_group_quant(x, masked_m=counts, enable_pdl=False, **opts)  # 130 rows: 132 padded
     assert all(kw["WORK_LIST"] for kw in seen)
-    assert [kw.get("maxnreg") for kw in seen] == [fp8_mod.WORK_LIST_MAXNREG] * 2 + [None] * 2
     assert [kw["PAD_ROWS"] for kw in seen] == [False, False, True, False]
 
 

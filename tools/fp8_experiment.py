@@ -1090,6 +1090,9 @@ def ac_clock() -> dict:
 # program fits 40 registers with no spill (``WORK_LIST_MAXNREG``). The store changes the 2-D
 # program too (39 -> 35 registers, 365 -> 347 instructions), so the 2-D calls run under every
 # variant. "launched": the launch before AF (the scales by tl.store, ptxas's registers).
+# AF and AF2 need e5362d2's package: the knobs WORK_LIST_MAXNREG and SCALE_STORE_ASM_DECODE were
+# removed after AF2 (the cap not adopted, the store adopted at decode too), and setting a removed
+# knob changes nothing.
 AF_VARIANTS = {
     "launched": {"SCALE_STORE_ASM": False, "WORK_LIST_MAXNREG": None, "MASKED_LOADS": True},
     "asm_store": {"SCALE_STORE_ASM": True, "WORK_LIST_MAXNREG": None, "MASKED_LOADS": True},
