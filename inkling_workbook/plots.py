@@ -482,6 +482,7 @@ FP8_REPEATS = {
     "f689e68": "fp8_bench_h200_21963ec.csv",
     "69dcc87": "fp8_bench_h200_526be54.csv",
     "08c814b": "fp8_bench_h200_9eb911b.csv",
+    "e6a3b91": "fp8_bench_h200_a8add57.csv",
 }
 
 

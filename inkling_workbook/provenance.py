@@ -138,6 +138,38 @@ def git_commit() -> str | None:
     return env or _run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short=12", "HEAD"])
 
 
+#: the source trees whose Python files :func:`sources_digest` covers: what a GPU run executes
+SOURCE_DIRS = ("inkling_kernels", "inkling_workbook", "tools")
+
+
+def sources_digest(commit: str | None = None, root: Path | None = None) -> str | None:
+    """sha256 over the ``.py`` files under :data:`SOURCE_DIRS` (each file's path relative to the
+    checkout, a NUL, its bytes, a NUL; in path order): of the files on disk, or with ``commit`` of
+    that commit's blobs (``git``). A record's ``sources_sha256`` then names the code that ran even
+    where the machine's ``.git`` was stale: the commit whose digest matches is the code
+    (``git_commit`` alone came from that ``.git`` and could be wrong). None without the files."""
+    import hashlib
+
+    root = Path(root or REPO_ROOT)
+    h = hashlib.sha256()
+    if commit is None:
+        files = sorted(
+            str(f.relative_to(root)) for d in SOURCE_DIRS if (root / d).is_dir() for f in (root / d).rglob("*.py")
+        )
+        if not files:
+            return None
+        for name in files:
+            h.update(name.encode() + b"\0" + (root / name).read_bytes() + b"\0")
+        return h.hexdigest()
+    listing = _run(["git", "-C", str(root), "ls-tree", "-r", "--name-only", commit, "--", *SOURCE_DIRS])
+    if not listing:
+        return None
+    for name in sorted(n for n in listing.splitlines() if n.endswith(".py")):
+        blob = subprocess.run(["git", "-C", str(root), "show", f"{commit}:{name}"], capture_output=True, check=True)
+        h.update(name.encode() + b"\0" + blob.stdout + b"\0")
+    return h.hexdigest()
+
+
 def collect(command: str | list[str] | None = None) -> dict:
     """Everything a reader needs to know where a result file came from."""
     from inkling_kernels import _backend
@@ -154,6 +186,7 @@ def collect(command: str | list[str] | None = None) -> dict:
         "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": command,
         "git_commit": git_commit(),
+        "sources_sha256": sources_digest(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "triton": triton.__version__,
@@ -161,11 +194,12 @@ def collect(command: str | list[str] | None = None) -> dict:
         "cuda_runtime": torch.version.cuda,
     }
     if cuda:
-        smi = nvidia_smi("driver_version,memory.total")
+        smi = nvidia_smi("driver_version,memory.total,uuid")
         props = torch.cuda.get_device_properties(0)
         info.update(
             driver=smi[0] if smi else None,
             gpu_memory_mib=smi[1] if smi else None,
+            gpu_uuid=smi[2] if smi and len(smi) > 2 else None,  # tells one lease's GPU from another's
             sm_count=props.multi_processor_count,
             compute_capability=f"{props.major}.{props.minor}",
         )

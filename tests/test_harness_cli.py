@@ -240,3 +240,37 @@ def test_git_commit_prefers_the_environment(monkeypatch):
     monkeypatch.setenv("INKLING_GIT_COMMIT", "0123456789ab")
     assert provenance.git_commit() == "0123456789ab"
     assert provenance.collect("x")["git_commit"] == "0123456789ab"
+
+
+def test_sources_digest_names_the_code_on_disk_and_in_a_commit(tmp_path):
+    """``provenance.sources_digest``: the same digest from the files on disk and from the commit
+    that holds them; another byte in a source file, or another file, is another digest; files
+    outside the source trees and non-Python files do not count."""
+    import subprocess
+
+    from inkling_workbook import provenance
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    for name, text in {"inkling_kernels/a.py": "x = 1\n", "tools/t.py": "y = 2\n", "README.md": "z\n"}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / "tools" / "notes.txt").write_text("not python\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    disk = provenance.sources_digest(root=tmp_path)
+    assert disk and len(disk) == 64
+    assert provenance.sources_digest(commit="HEAD", root=tmp_path) == disk
+    (tmp_path / "README.md").write_text("changed\n")
+    (tmp_path / "tools" / "notes.txt").write_text("changed\n")
+    assert provenance.sources_digest(root=tmp_path) == disk
+    (tmp_path / "tools" / "t.py").write_text("y = 3\n")
+    changed = provenance.sources_digest(root=tmp_path)
+    assert changed != disk
+    (tmp_path / "tools" / "t.py").write_text("y = 2\n")
+    (tmp_path / "inkling_workbook").mkdir()
+    (tmp_path / "inkling_workbook" / "b.py").write_text("")
+    assert provenance.sources_digest(root=tmp_path) not in (disk, changed)
+    assert provenance.sources_digest(commit="HEAD", root=tmp_path) == disk
