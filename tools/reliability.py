@@ -25,6 +25,7 @@ README = ROOT / "README.md"
 # The GPU job logs the table reports, newest first: (file in data/, what it was). Each is parsed
 # the same way (its `=== <step>` sections and its summary); nothing in the table is typed by hand.
 LOGS = [
+    ("gpu_job_h200_e8e64d1_tests.log", "the GPU job, tests and sanitizers after experiment AF (scale store, loads)"),
     ("gpu_job_h200_08c814b_tests.log", "the GPU job, tests and sanitizers after the shorter sigmoid (AC)"),
     ("gpu_job_h200_526be54_tests.log", "the GPU job, tests and sanitizers after the packed work-list lookup"),
     ("gpu_job_h200_8cf9692_tests.log", "the GPU job, tests after the FP8 hot path and strided-input fixes"),
