@@ -697,7 +697,11 @@ def _fp8_group_kernel(
         if HAS_MASK:
             n_rows = tl.minimum(tl.maximum(tl.load(masked_m_ptr + e).to(tl.int32), 0), T)
             first = (pid // G_TILES) * BLOCK_M
-            run = (first < n_rows) | ((first + BLOCK_M > T) & (first < T_PAD))
+            run = first < n_rows
+            if PAD_ROWS:
+                # the last tile zeroes the padding scale rows [T, T_PAD) whatever the count (with
+                # masked loads); without padding rows it would read a row of an expert with none
+                run = run | ((first + BLOCK_M > T) & (first < T_PAD))
         if run:
             _fp8_group_tile(
                 e, pid // G_TILES, pid % G_TILES, n_rows,

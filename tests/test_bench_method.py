@@ -365,3 +365,33 @@ def test_clock_sampler_windows():
         assert readings == []
     if sampler._thread is not None:
         assert not sampler._thread.is_alive()
+
+
+def test_masked_row_cost_reads_its_spread_and_names_a_tie():
+    """The masked "time a row present adds" target quotes the ratio's range with each of its four
+    timings at either end of its spread, and names a tie where the limit falls inside it (met, as
+    ties are throughout the workbook); with a repeat, the repeat's ratios are quoted too."""
+    import pandas as pd
+
+    from inkling_workbook import plots
+
+    base = {"op": "silu_and_mul_fp8", "l2": "warm", "column_major_scales": False, "scale_ue8m0": False}
+
+    def sweep(full_us, half_spread):
+        rows = _masked_rows(base, {256: 4.0, 2048: 4.4}, full_us, 20.0)
+        for r in rows:
+            r["lo_us"], r["hi_us"] = r["median_us"] - half_spread, r["median_us"] + half_spread
+        return pd.DataFrame(rows)
+
+    # T = 256: masked (7.0 - 4.0) over 2-D (6.5 - 3.2): 0.909x; spreads of 0.05 us each way: masked
+    # 2.9-3.1, 2-D 3.2-3.4, so 2.9 / 3.4 = 0.853x to 3.1 / 3.2 = 0.969x
+    present = _target(plots.fp8_targets(sweep(7.0, 0.05)), "the rows present")
+    assert present["met"] and "(0.909x; from the spreads 0.85-0.97x)" in present["measured"], present["measured"]
+    assert "tie" not in present["measured"]
+    # (8.0 - 4.0) / 3.3 = 1.212x, spreads 0.05: 3.9 / 3.4 = 1.147x to 4.1 / 3.2 = 1.281x holds 1.25
+    tied = plots.fp8_targets(sweep(8.0, 0.05), repeat=sweep(8.0, 0.05))
+    present = _target(tied, "the rows present")
+    assert present["met"] and "(1.212x; from the spreads 1.15-1.28x: a tie with the limit)" in present["measured"]
+    assert "repeat: met too (T = 256 1.212x, a tie with the limit; T = 2048 1.054x)" in present["measured"]
+    # (8.5 - 4.0) / 3.3 = 1.364x: missed, whatever the spreads
+    assert not _target(plots.fp8_targets(sweep(8.5, 0.05)), "the rows present")["met"]

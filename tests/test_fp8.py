@@ -346,6 +346,66 @@ def test_masked_m_strided_view_reads_its_own_counts(gen, device):
         assert bool((_bytes(got[0])[~present] == POISON_Q).all()) and bool((_bytes(got[0])[present] != POISON_Q).any())
 
 
+@pytest.mark.parametrize(
+    "E, T, N, counts, tile, colmajor, work_list",
+    [
+        (2, 255, 1024, [0, 5], (2, 8, 4), False, False),  # T odd: the last tile holds row T-1
+        (2, 255, 1024, [0, 5], (2, 8, 4), False, True),
+        (4, 130, 512, [0, 130, 7, -3], (4, 4, 4), False, False),  # empty, full, ragged, negative
+        (4, 130, 512, [0, 130, 7, -3], (4, 4, 4), False, True),
+        (4, 260, 128, [0, 260, 7, 0], (16, 1, 4), True, False),  # column-major, no padding rows
+        (2, 255, 1024, [0, 5], (2, 8, 4), True, False),  # padding rows 255: masked loads
+        (2, 255, 1024, [0, 5], (2, 8, 4), True, True),
+        (3, 10, 256, [0, 3, 10], None, False, False),  # the interpreter's own tiles
+    ],
+)
+def test_masked_loads_never_read_an_absent_row(monkeypatch, gen, E, T, N, counts, tile, colmajor, work_list):
+    """Every element the fused kernel loads from ``gateup`` and ``topk_weights`` (recorded in the
+    interpreter) lies in a row present of its own expert: the issue's "rows t >= masked_m[e] are
+    neither read nor written". The loads are unmasked on rows clamped to those present (experiment
+    AF), so a tile that holds no present row must not run: the slot path with the GPU's tiles
+    (``tile``) and T not a multiple of the tile's rows, the work list, column-major scales with and
+    without padding rows, counts of 0 and below."""
+    import numpy as np
+    import triton.runtime.interpreter as interp
+
+    builder = interp.InterpreterBuilder
+    if not hasattr(builder, "create_masked_load"):
+        pytest.skip("this Triton's interpreter has no create_masked_load to record loads through")
+    reads = []
+    real = builder.create_masked_load
+
+    def record(self, ptrs, mask, *args, **kwargs):
+        reads.append(np.asarray(ptrs.data)[np.asarray(mask.data).astype(bool)].ravel().astype(np.int64))
+        return real(self, ptrs, mask, *args, **kwargs)
+
+    monkeypatch.setattr(builder, "create_masked_load", record)
+    if tile is not None:  # the GPU's tile shapes (a tile never changes a bit): rows, groups, warps
+        monkeypatch.setattr(fp8_mod, "_launch_config", lambda rows, G, group, interpreted: tile)
+    monkeypatch.setattr(fp8_mod, "_resident_programs", lambda device, interpreted: 4 if work_list else 10**6)
+    seen = []
+    launch = fp8_mod._launch_kernel
+    monkeypatch.setattr(fp8_mod, "_launch_kernel", lambda g, d, i, a, kw: seen.append(kw) or launch(g, d, i, a, kw))
+    gateup = randn((E, T, 2 * N), torch.bfloat16, gen, "cpu")
+    w = torch.rand((E, T), generator=gen)
+    m = torch.tensor(counts, dtype=torch.int32)
+    q, s = silu_and_mul_fp8_group_quant(gateup, w, masked_m=m, interleaved=False, column_major_scales=colmajor)
+    assert [kw["WORK_LIST"] for kw in seen] == [work_list]
+    assert seen[0]["PAD_ROWS"] == (colmajor and T % 4 != 0)
+    present = torch.arange(T)[None, :] < m.clamp(0, T)[:, None]
+    for t in (gateup, w):
+        off = (np.concatenate(reads) - t.data_ptr()) // t.element_size()
+        off = off[(off >= 0) & (off < t.numel())]
+        rows = {(int(o // t.stride(0)), int(o % t.stride(0) // t.stride(1))) for o in off}
+        assert rows, "no load of this tensor was recorded"
+        assert all(bool(present[e, r]) for e, r in rows), sorted((e, r) for e, r in rows if not present[e, r])
+    rq, rs = ik.reference.silu_and_mul_fp8_group_quant_ref(
+        gateup.reshape(-1, 2 * N), w.reshape(-1), interleaved=False
+    )
+    keep = present.reshape(-1)
+    assert bits_equal(q.reshape(-1, N)[keep], rq[keep]) and bits_equal(s.reshape(-1, N // 128)[keep], rs[keep])
+
+
 def test_masked_rows_skipped_and_padding_zeroed(gen, device):
     """Tiles whose rows are all past masked_m are never visited (time follows the rows present),
     except those holding padding rows of a column-major scale buffer (T = 10 pads to 12): those
