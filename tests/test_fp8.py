@@ -399,9 +399,7 @@ def test_masked_loads_never_read_an_absent_row(monkeypatch, gen, E, T, N, counts
         rows = {(int(o // t.stride(0)), int(o % t.stride(0) // t.stride(1))) for o in off}
         assert rows, "no load of this tensor was recorded"
         assert all(bool(present[e, r]) for e, r in rows), sorted((e, r) for e, r in rows if not present[e, r])
-    rq, rs = ik.reference.silu_and_mul_fp8_group_quant_ref(
-        gateup.reshape(-1, 2 * N), w.reshape(-1), interleaved=False
-    )
+    rq, rs = ik.reference.silu_and_mul_fp8_group_quant_ref(gateup.reshape(-1, 2 * N), w.reshape(-1), interleaved=False)
     keep = present.reshape(-1)
     assert bits_equal(q.reshape(-1, N)[keep], rq[keep]) and bits_equal(s.reshape(-1, N // 128)[keep], rs[keep])
 
