@@ -28,6 +28,7 @@ follow the GPU's rounding; ``"truncate"`` restores Triton's own behaviour (noteb
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import threading
 
@@ -118,7 +119,14 @@ def _undo_scoped_patches(saved) -> None:
 # patches ``triton.language.core`` and never restores it; later compilations in the same process
 # then fail ("'ir.value' object has no attribute 'dtype'"). :func:`interpreting` snapshots these
 # objects on entry and puts back every attribute on exit.
-_PATCHED_BY_INTERPRETER = (tl, tl.core, tl.math, tl.core.tensor, tl.core.dtype, tl.core.tensor_descriptor_base)
+# Which classes it patches moves between Triton releases (3.9 added ``condition.__bool__``), so
+# every class that ``triton.language.core`` defines is snapshotted, not a list of today's.
+def _patched_by_interpreter() -> tuple[object, ...]:
+    classes = [v for v in vars(tl.core).values() if isinstance(v, type) and v.__module__.startswith("triton.language")]
+    return tuple(dict.fromkeys([tl, tl.core, tl.math, *classes]))
+
+
+_PATCHED_BY_INTERPRETER = _patched_by_interpreter()
 
 
 def _snapshot() -> list[tuple[object, dict]]:
@@ -201,10 +209,34 @@ def uses_interpreter(device: torch.device) -> bool:
     return device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 
 
+#: Compile options every launch of the package passes explicitly, so no Triton default can move a
+#: bit: FP fusion (the compiler contracting ``a * b + c`` into one fma, LLVM and ptxas alike) stays
+#: on, the value every published result was made with. Triton 3.9 warns that its default turns to
+#: off in 3.10 (``TRITON_DEFAULT_FP_FUSION``); an explicit option is not subject to that default.
+#: The interpreter ignores the option (it runs the source lines in numpy).
+COMPILE_OPTIONS = {"enable_fp_fusion": True}
+
+
+def kernel_constexprs(kernel) -> tuple[str, ...]:
+    """The names of ``kernel``'s ``tl.constexpr`` parameters, in order, from its Python signature:
+    the same for a ``JITFunction`` and for the ``InterpretedFunction`` that ``@triton.jit``
+    returns under ``TRITON_INTERPRET=1``."""
+    fn = kernel.fn
+    hints = inspect.get_annotations(fn)
+    return tuple(name for name in inspect.signature(fn).parameters if _is_constexpr(hints.get(name)))
+
+
+def _is_constexpr(hint) -> bool:
+    # a class, or its name as a string under ``from __future__ import annotations``
+    return hint is tl.constexpr or (isinstance(hint, str) and hint.rsplit(".", 1)[-1] == "constexpr")
+
+
 def launch(kernel, grid, device: torch.device, *args, **kwargs):
-    """``kernel[grid](*args, **kwargs)``, compiled for CUDA tensors, interpreted for CPU ones."""
+    """``kernel[grid](*args, **kwargs, **COMPILE_OPTIONS)``, compiled for CUDA tensors,
+    interpreted for CPU ones."""
     if device.type not in ("cuda", "cpu"):
         raise ValueError(f"unsupported device {device}: expected a CUDA or CPU tensor")
+    kwargs = {**COMPILE_OPTIONS, **kwargs}
     if not uses_interpreter(device):
         return kernel[grid](*args, **kwargs)
     if isinstance(kernel, JITFunction):
@@ -331,7 +363,9 @@ class CudaLauncher:
         n = self.n_runtime
         constexprs = dict(zip(self.constexpr_names, args[n:]))
         with torch.cuda.device(device_index):
-            compiled = self.kernel[(grid0, grid1)](*args[:n], **constexprs, num_warps=num_warps, launch_pdl=launch_pdl)
+            compiled = self.kernel[(grid0, grid1)](
+                *args[:n], **constexprs, num_warps=num_warps, launch_pdl=launch_pdl, **COMPILE_OPTIONS
+            )
             launcher = compiled.run  # loads the module on this device
         if not _no_launch_hooks():
             return

@@ -915,7 +915,9 @@ def _count_fp32_patterns(kernel, start: int, count: int, device, perturb: bool, 
     chunk = 2**30
     for lo in range(start, start + count, chunk):
         n = min(chunk, start + count - lo)
-        kernel[(n // per_program,)](lo, total, BLOCK=block, ITERS=iters, PERTURB=perturb, **consts)
+        kernel[(n // per_program,)](
+            lo, total, BLOCK=block, ITERS=iters, PERTURB=perturb, **consts, **_backend.COMPILE_OPTIONS
+        )
     return int(total.item()) if counters == 1 else tuple(total.tolist())
 
 
@@ -976,7 +978,9 @@ def division_mismatches(
     amaxes = torch.cat([pos[pos >= FP8_EPS], torch.tensor([FP8_EPS, torch.finfo(torch.float32).max])])
     ys, amaxes = ys.to(device), amaxes.to(device)
     count = torch.zeros(3, dtype=torch.int32, device=device)
-    _division_paths_kernel[(amaxes.numel(),)](ys, amaxes, count, ys.numel(), DIV=method, BLOCK=1024, PERTURB=_perturb)
+    _division_paths_kernel[(amaxes.numel(),)](
+        ys, amaxes, count, ys.numel(), DIV=method, BLOCK=1024, PERTURB=_perturb, **_backend.COMPILE_OPTIONS
+    )
     byte, bits, tiny = count.tolist()
     return byte, bits, tiny
 
@@ -1225,7 +1229,7 @@ def _launch_kernel(grid: tuple[int, int], device: torch.device, interpreted: boo
 
 
 #: the constexprs of ``_fp8_group_kernel``, in its order
-_CONSTEXPRS = tuple(p.name for p in _fp8_group_kernel.params if p.is_constexpr)
+_CONSTEXPRS = _backend.kernel_constexprs(_fp8_group_kernel)
 #: compiled launches: the cached thin path (``_backend.CudaLauncher``), not ``JITFunction.run``
 _LAUNCHER = _backend.CudaLauncher(_fp8_group_kernel, _CONSTEXPRS)
 

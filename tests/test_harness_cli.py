@@ -226,7 +226,7 @@ def test_interpreted_runs_leave_triton_language_as_found(gen):
     signature = {"gateup_ptr": "*bf16", "weight_ptr": "*fp32", "out_ptr": "*bf16", "M": "i32", "stride_in": "i32"}
     signature |= {"stride_out": "i32"}
     constants = {"N": 1024, "BLOCK_M": 1, "BLOCK_N": 1024, "EVEN_M": True, "EVEN_N": True, "HAS_WEIGHT": False}
-    constants |= {"INT64": False, "STREAM_POLICY": ""}
+    constants |= {"INT64": False, "STREAM_POLICY": "", "USE_PDL": False}
     signature |= dict.fromkeys(constants, "constexpr")
     compiled = triton.compile(
         ASTSource(silu_and_mul_interleaved_kernel, signature, constants), target=GPUTarget("cuda", 90, 32)
