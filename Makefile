@@ -5,13 +5,19 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 export PYTHONUNBUFFERED := 1
-# PIN=1 (the default under CI) installs the published stack of constraints.txt (torch aside);
-# without it the package's ranges apply, so a GPU workstation keeps the triton its torch needs.
-PIN ?= $(if $(CI),1,)
-NEWEST := .venv-newest
-NEWEST_TESTS := tests/test_silu_and_mul.py tests/test_nvfp4.py tests/test_fp8.py -k "not fused_equals or (768 and nonuniform) or (plain and gate)"
+# Without PIN the package's ranges resolve as a newcomer's install does (the newest triton the
+# index serves); PIN=1 installs the published stack of constraints.txt (torch aside) instead.
+# `make test-pinned` runs the kernel tests under that stack in a venv of its own.
+PIN ?=
+PINNED := .venv-pinned
+PINNED_TESTS := tests/test_silu_and_mul.py tests/test_nvfp4.py tests/test_fp8.py tests/test_helion_original.py \
+  tests/test_import.py tests/test_fp_fusion.py -k "not fused_equals or (768 and nonuniform) or (plain and gate)"
+# `make lab` as root (containers, lent GPU machines) needs Jupyter's --allow-root; LAB_ARGS adds flags.
+LAB_ARGS ?=
+LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+STACK = -c "import sys, torch, triton; print('stack:', 'python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
 
-.PHONY: run test test-newest lint unit nbval lab figures wheels gpu-job publish reliability clean
+.PHONY: run test test-pinned lint unit nbval lab figures wheels gpu-job publish reliability clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -22,25 +28,27 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)
 
-## make run: execute every notebook into build/ (HTML too) and redraw figures/ from data/
+## make run: execute every notebook into build/notebooks (HTML too) and draw the figures from
+## data/ into build/figures; the checkout is left as it was (`make figures` redraws figures/)
 run: $(STAMP)
-	mkdir -p build/notebooks
-	$(BIN)/python -m inkling_workbook figures
+	mkdir -p build/notebooks build/figures
+	$(BIN)/python -m inkling_workbook figures --out build/figures --readme ""
 	$(BIN)/python tools/run_notebooks.py --out build/notebooks $(NOTEBOOKS)
 
 ## make test: lint, unit tests, then nbval over notebooks/ (CPU: Triton interpreter; GPU: compiled)
 test: $(STAMP) lint unit nbval
 
-## make test-newest: the kernel tests again under the newest triton the index serves (CI runs it
-## after make test). torch stays the CPU build 2.13.0: PyPI's newer torch builds are CUDA builds
-## of several GB, more than CI can download in its budget.
-test-newest:
-	test -x $(NEWEST)/bin/python || $(PY) -m venv $(NEWEST)
-	$(NEWEST)/bin/python -m pip install -q "torch==2.13.0"
-	$(NEWEST)/bin/python -m pip install -q --upgrade "triton>=3.6" "numpy>=1.26" "pytest>=8" "pytest-xdist>=3.6"
-	$(NEWEST)/bin/python -m pip install -q --no-deps -e .
-	$(NEWEST)/bin/python -c "import torch, triton; print('newest pair: torch', torch.__version__, 'triton', triton.__version__)"
-	$(NEWEST)/bin/python -m pytest -q -p no:cacheprovider -n auto $(NEWEST_TESTS)
+## make test-pinned: the kernel tests again under the published stack (constraints.txt: triton
+## 3.6.0, helion 1.4.0; CI runs it after make test), with torch's CPU build 2.13.0: PyPI serves
+## the published torch 2.11.0 only as a CUDA build of several GB.
+test-pinned:
+	test -x $(PINNED)/bin/python || $(PY) -m venv $(PINNED)
+	$(PINNED)/bin/python -m pip install -q --upgrade pip
+	$(PINNED)/bin/python -m pip install -q "torch==2.13.0"
+	grep -v '^torch==' constraints.txt > $(PINNED)/constraints-pinned.txt
+	$(PINNED)/bin/python -m pip install -q -c $(PINNED)/constraints-pinned.txt -e ".[test,helion]"
+	$(PINNED)/bin/python $(STACK)
+	$(PINNED)/bin/python -m pytest -q -p no:cacheprovider -n auto $(PINNED_TESTS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check inkling_kernels inkling_workbook tests tools notebooks
@@ -48,13 +56,14 @@ lint: $(STAMP)
 
 # -n auto: the unit tests spread over the machine's cores (pytest-xdist; CI has two)
 unit: $(STAMP)
+	$(BIN)/python $(STACK)
 	$(BIN)/python -m pytest tests -q -p no:cacheprovider -n auto
 
 nbval: $(STAMP)
 	$(BIN)/python -m pytest --nbval-lax --nbval-sanitize-with notebooks/nbval_sanitize.cfg -p no:cacheprovider -q notebooks
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks
+	$(BIN)/jupyter lab $(LAB_ROOT) $(LAB_ARGS) notebooks
 
 figures: $(STAMP)
 	$(BIN)/python -m inkling_workbook figures

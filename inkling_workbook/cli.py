@@ -1,4 +1,4 @@
-"""``python -m inkling_workbook {check,bench,serving,steps,figures,info}``."""
+"""``python -m inkling_workbook {check,bench,serving,steps,fusion,figures,info}``."""
 
 from __future__ import annotations
 
@@ -79,6 +79,19 @@ def _steps(args) -> int:
     return 0
 
 
+def _fusion(args) -> int:
+    from . import fp_fusion
+
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    matrix = args.matrix or ("gpu" if device.type == "cuda" else "cpu")
+    doc = {"provenance": provenance.collect(), **fp_fusion.run_outputs(device.type, matrix)}
+    print(json.dumps(doc["summary"], indent=1))
+    out = args.out or (DATA / f"fp_fusion_{provenance.device_slug(device)}.json")
+    provenance.write_record(out, json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {out}")
+    return 0 if doc["ok"] else 1
+
+
 def _figures(args) -> int:
     from . import plots
 
@@ -123,6 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("steps", help="time every step of the port and the package kernel (GPU only)")
     p.add_argument("--out", help="CSV output (default data/port_steps_<gpu>.csv; a .json beside it)")
     p.set_defaults(fn=_steps)
+    p = sub.add_parser(
+        "fusion", help="every op's bits under TRITON_DEFAULT_FP_FUSION=0 and =1, helion and torch.compile beside them"
+    )
+    p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when there is one")
+    p.add_argument("--matrix", choices=["gpu", "quick", "cpu"], help="default: gpu on CUDA, cpu otherwise")
+    p.add_argument("--out", help="JSON output (default data/fp_fusion_<device>.json)")
+    p.set_defaults(fn=_fusion)
     p = sub.add_parser("figures", help="draw figures/ from the CSVs in data/")
     p.add_argument("--data", default=str(DATA))
     p.add_argument("--out", default=str(FIGURES))

@@ -19,6 +19,9 @@
 #   sanitize   compute-sanitizer memcheck over the kernel tests, then racecheck and initcheck
 #   bitwise    port vs helion matrix -> data/bitwise_<gpu>.json; NVFP4 fused == unfused ==
 #              reference -> data/nvfp4_bitwise_<gpu>.json; registers/PTX -> data/ptx_<gpu>.json
+#   fusion     every op's bits under TRITON_DEFAULT_FP_FUSION=0 and =1, helion and torch.compile
+#              beside them -> data/fp_fusion_<gpu>.json (the tests step also reruns the kernel
+#              tests with the default off)
 #   notebooks  every notebook executed in place, 06 re-measuring its quick sweep into data/
 #
 # Order: timings need the GPU to themselves, so the benchmark and the serving measurements run
@@ -35,7 +38,7 @@
 # its own log and tarball (three files).
 set -uo pipefail
 OUT_DIR=${1:-${OUT:-build/gpu_job}}
-STEPS=${2:-bench,serving,tests,sanitize,bitwise,notebooks}
+STEPS=${2:-bench,serving,tests,sanitize,bitwise,fusion,notebooks}
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 echo $$ >"$OUT_DIR/pid"
@@ -47,7 +50,7 @@ WORK=$(mktemp -d)
 # were deleted by such a sync before the job packed them).
 TREE="$WORK/tree"
 mkdir -p "$TREE"
-tar cf - --exclude=./.venv --exclude=./.venv-newest --exclude=./build --exclude=./.whl . | tar xf - -C "$TREE"
+tar cf - --exclude=./.venv --exclude=./.venv-pinned --exclude=./build --exclude=./.whl . | tar xf - -C "$TREE"
 [ -d .whl ] && ln -s "$PWD/.whl" "$TREE/.whl"
 cd "$TREE" || exit 2
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" INKLING_PUBLISH=1 INKLING_REPO="$PWD"
@@ -117,6 +120,9 @@ echo "=== phase 2, sharing the GPU: tests + sanitizer | bitwise + notebooks 04, 
   XDIST=()
   $PY -c "import xdist" 2>/dev/null && XDIST=(-n 8)
   want tests && run tests "${PYTEST[@]}" "${XDIST[@]}" -rs -m "not timing" tests
+  # the kernel tests again with Triton's FP fusion default off (the package pins it on every launch)
+  want tests && run tests_fusion_off env TRITON_DEFAULT_FP_FUSION=0 "${PYTEST[@]}" "${XDIST[@]}" -rs -m "not timing" \
+    "${KERNEL_TESTS[@]}"
   if want sanitize; then
     # Without PYTORCH_NO_CUDA_MEMORY_CACHING the caching allocator hides out-of-bounds accesses; with
     # it, an allocation inside a CUDA-graph capture is a cudaMalloc the capture forbids: the tests
@@ -136,11 +142,13 @@ echo "=== phase 2, sharing the GPU: tests + sanitizer | bitwise + notebooks 04, 
     run nvfp4_bitwise $PY -m inkling_workbook check --nvfp4 --no-progress
     run ptx env TRITON_CACHE_DIR="$WORK/ptx_cache" $PY tools/ptx_report.py "data/ptx_$GPU.json"
   fi
+  # FP fusion: every op's bits under both settings of Triton's default, helion and compile beside
+  want fusion && run fusion $PY -m inkling_workbook fusion
   want notebooks && run notebooks_04_05_07 notebooks notebooks/04_*.ipynb notebooks/05_*.ipynb notebooks/07_*.ipynb
 ) &
 ( want notebooks && run notebooks_01_03 notebooks notebooks/01_*.ipynb notebooks/02_*.ipynb notebooks/03_*.ipynb ) &
 wait
-show tests memcheck racecheck initcheck bitwise nvfp4_bitwise ptx notebooks_01_03 notebooks_04_05_07
+show tests tests_fusion_off memcheck racecheck initcheck bitwise nvfp4_bitwise ptx fusion notebooks_01_03 notebooks_04_05_07
 pack
 
 if want notebooks; then
