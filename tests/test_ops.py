@@ -552,7 +552,8 @@ def test_cuda_launcher_plumbing_without_a_gpu(monkeypatch):
     launcher = _backend.CudaLauncher(FakeKernel(), ("A", "B"))
     args = ("tensor", 5, 16, "s")
     launcher("k1", 3, 0, args, 4, True)
-    assert calls[-1] == ("slow", (3, 1), ("tensor", 5), {"A": 16, "B": "s", "num_warps": 4, "launch_pdl": True})
+    expected = {"A": 16, "B": "s", "num_warps": 4, "launch_pdl": True, **_backend.COMPILE_OPTIONS}
+    assert calls[-1] == ("slow", (3, 1), ("tensor", 5), expected)
     launcher("k1", 7, 0, args, 4, True)
     assert calls[-1] == ("fast", (7, 1, 1, 777, 1234, 0, True, None, None, (4, 1, 0), None, None, None) + args)
     launcher("k1", 7, 0, args, 4, True, grid1=5)  # a 2-D grid (the FP8 kernel's tiles x experts)
