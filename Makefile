@@ -46,7 +46,7 @@ test-pinned:
 	$(PINNED)/bin/python -m pip install -q --upgrade pip
 	$(PINNED)/bin/python -m pip install -q "torch==2.13.0"
 	grep -v '^torch==' constraints.txt > $(PINNED)/constraints-pinned.txt
-	$(PINNED)/bin/python -m pip install -q -c $(PINNED)/constraints-pinned.txt -e ".[test,helion]"
+	$(PINNED)/bin/python -m pip install -q -c $(PINNED)/constraints-pinned.txt -e ".[notebooks,test,helion]"
 	$(PINNED)/bin/python $(STACK)
 	$(PINNED)/bin/python -m pytest -q -p no:cacheprovider -n auto $(PINNED_TESTS)
 
