@@ -99,6 +99,28 @@ def test_compare_reports_a_moved_bit():
     assert fp_fusion.compare({"0": {"package": rows}, "1": {"package": rows}})["package"]["differ"] == []
 
 
+def test_inputs_are_the_same_in_every_process():
+    """Both settings' runs must draw the same inputs: a large case drawn first and after other draws,
+    in two fresh processes, has one digest (repeated edge positions once made it differ)."""
+    script = (
+        "from inkling_workbook.fp_fusion import _values, _gen, digest\n"
+        "a = digest(_values((96, 3072), _gen('c')))\n"
+        "[_values((1024, 1536), _gen(str(k))) for k in range(2)]\n"
+        "print(a, digest(_values((96, 3072), _gen('c'))), digest(_values((2048, 3072), _gen('d'))))\n"
+    )
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+            for _ in range(2)]  # fmt: skip
+    first, again, big = runs[0].split()
+    assert first == again and runs[0] == runs[1], runs
+
+
+def test_compare_sets_aside_cases_whose_inputs_differ():
+    rows = {"a": {"digests": ["00"], "inputs": ["x"], "fused_equals_unfused": True}}
+    other = {"a": {"digests": ["01"], "inputs": ["y"], "fused_equals_unfused": True}}
+    entry = fp_fusion.compare({"0": {"package": rows}, "1": {"package": other}})["package"]
+    assert entry["inputs_differ"] == ["a"] and entry["differ"] == [] and entry["identical"] == 0
+
+
 @pytest.mark.skipif(HAS_CUDA, reason="checks the interpreter import on a machine without a GPU")
 def test_import_and_every_op_under_triton_interpret(tmp_path):
     """``TRITON_INTERPRET=1`` set before Python starts (Triton's way to debug on CPU): the package
