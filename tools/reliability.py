@@ -1,5 +1,5 @@
-"""Collect the reliability figures the README quotes into data/reliability.json, and rewrite the
-README's reliability table (between ``<!-- reliability:start -->`` and ``<!-- reliability:end -->``)
+"""Collect the reliability figures docs/results.md quotes into data/reliability.json, and rewrite
+its reliability table (between ``<!-- reliability:start -->`` and ``<!-- reliability:end -->``)
 from it.
 
 Every number comes from a recorded file or from collecting this checkout's tests: GPU test and
@@ -7,8 +7,8 @@ sanitizer counts from the logs of the GPU job's calls on the H200 (data/logs/gpu
 one section per step), bitwise counts from the data/*bitwise*.json records, CPU test and
 bad-input counts from ``pytest --collect-only`` here.
 
-    python tools/reliability.py           # refresh data/reliability.json and the README table
-    python tools/reliability.py --check   # exit 1 if the README table differs from the JSON
+    python tools/reliability.py           # refresh data/reliability.json and the table in docs/results.md
+    python tools/reliability.py --check   # exit 1 if that table differs from the JSON
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"
 LOG_DIR = DATA / "logs"  # the GPU job logs (data/README.md)
-README = ROOT / "README.md"
+README = ROOT / "docs" / "results.md"  # the document holding the reliability table
 # The GPU job logs the table reports, newest first: (file in data/logs/, what it was). Each is parsed
 # the same way (its `=== <step>` sections and its summary); nothing in the table is typed by hand.
 LOGS = [
@@ -150,7 +150,7 @@ def _job_rows(job: dict) -> list[tuple[str, str, str]]:
 
 
 def markdown(doc: dict) -> str:
-    """The README's reliability table, from data/reliability.json."""
+    """The reliability table of docs/results.md, from data/reliability.json."""
     bw = doc["bitwise"]
     rows = [
         ("port vs helion originals, compiled on the H200", f"**{_lead(bw['bitwise_h200.json'])}** (M 1..49152, "
@@ -180,7 +180,7 @@ def main(argv: list[str]) -> int:
     if "--check" in argv:
         doc = json.loads((DATA / "reliability.json").read_text())
         if readme_block(README.read_text()) != markdown(doc):
-            print("README's reliability table differs from data/reliability.json: run make reliability")
+            print("the reliability table in docs/results.md differs from data/reliability.json: run make reliability")
             return 1
         return 0
     doc = collect()
