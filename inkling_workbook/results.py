@@ -36,11 +36,17 @@ def _us(r) -> str:
     return f"{r.median_us:.2f} [{r.lo_us:.2f}, {r.hi_us:.2f}]"
 
 
-def _ratio(base, port) -> str:
-    """baseline / port with the verdict of the spreads (overlapping [lo, hi]: a tie)."""
+#: the gate || up layout, escaped for a table cell
+GATE_UP = "gate \\|\\| up"
+
+
+def _ratio(base, port, tol: float = 0.0) -> str:
+    """baseline / port with the verdict of the spreads (overlapping [lo, hi]: a tie); a win or loss
+    within the run-to-run reproducibility ``tol`` is marked *rerun*, as in the per-target tables."""
     x = base.median_us / port.median_us
     tie = port.lo_us <= base.hi_us and base.lo_us <= port.hi_us
-    return f"{x:.2f}x" + (" (tie)" if tie else "" if x > 1 else " (**slower**)")
+    verdict = " (tie)" if tie else "" if x > 1 else " (**slower**)"
+    return f"{x:.2f}x{verdict}" + (" *rerun*" if not tie and abs(x - 1) <= tol else "")
 
 
 def headline_markdown(data_dir: Path, method_link: str = "docs/results.md#how-we-time") -> str:
@@ -60,6 +66,7 @@ def headline_markdown(data_dir: Path, method_link: str = "docs/results.md#how-we
         "speedup | fused vs its two kernels |",
         "|---|---|---:|---|---:|---:|---:|",
     ]
+    tol = plots.rerun_tolerance(data_dir / "bench_h200.csv")
     silu = df[(df.op == "silu_and_mul") & (df.group == "source") & (df.l2 == "warm")]
     bases = ("helion_sm90", "helion_fixed", "compile_static", "compile_dynamic_m")
     for size, M, N, layout, w in SILU_ROWS:
@@ -67,10 +74,10 @@ def headline_markdown(data_dir: Path, method_link: str = "docs/results.md#how-we
         port = rows[rows.impl == "triton"].iloc[0]
         cand = rows[rows.impl.isin(bases)]
         best = cand.loc[cand.median_us.idxmin()]
-        shape = f"{M} x {N} {'interleaved' if layout == 'il' else 'gate || up'}{', weights' if w else ''}"
+        shape = f"{M} x {N} {'interleaved' if layout == 'il' else GATE_UP}{', weights' if w else ''}"
         lines.append(
             f"| `silu_and_mul`, {size} | {shape} | {_us(port)} | {plots.LABELS[best.impl]} | {_us(best)} | "
-            f"{_ratio(best, port)} | - |"
+            f"{_ratio(best, port, tol.get(size, 0.0))} | - |"
         )
     plain = fp8[(~fp8.masked) & (~fp8.column_major_scales) & (~fp8.scale_ue8m0) & (fp8.l2 == "warm")]
     plain = plain[plain.layout == "nil"]
@@ -78,7 +85,7 @@ def headline_markdown(data_dir: Path, method_link: str = "docs/results.md#how-we
         rows = plain[(plain.M == M) & (plain.N == N)].set_index("impl")
         port, base, two = rows.loc["fused"], rows.loc["torch_compile_static"], rows.loc["unfused"]
         lines.append(
-            f"| `silu_and_mul_fp8_group_quant` | {M} x {N} gate || up, groups of 128 | {_us(port)} | "
+            f"| `silu_and_mul_fp8_group_quant` | {M} x {N} {GATE_UP}, groups of 128 | {_us(port)} | "
             f"torch.compile (dynamic=False) | {_us(base)} | {_ratio(base, port)} | {_ratio(two, port)} |"
         )
     nv = nv[nv.l2 == "warm"]
@@ -86,7 +93,7 @@ def headline_markdown(data_dir: Path, method_link: str = "docs/results.md#how-we
         rows = nv[(nv.M == M) & (nv.N == N)].set_index("impl")
         port, base, two = rows.loc["fused"], rows.loc["compile_static"], rows.loc["unfused"]
         lines.append(
-            f"| `silu_and_mul_nvfp4_quant` | {M} x {N} gate || up, {int(port.experts)} experts | {_us(port)} | "
+            f"| `silu_and_mul_nvfp4_quant` | {M} x {N} {GATE_UP}, {int(port.experts)} experts | {_us(port)} | "
             f"torch.compile (dynamic=False) | {_us(base)} | {_ratio(base, port)} | {_ratio(two, port)} |"
         )
     both = pd.concat([plots.speedup_table(df, l2) for l2 in ("warm", "cold") if (df.l2 == l2).any()])
@@ -102,7 +109,8 @@ def headline_markdown(data_dir: Path, method_link: str = "docs/results.md#how-we
         "",
         f"Over every `silu_and_mul` timing of the sweep (warm and cold L2, {len(both)} in all), geomean speedup "
         "against the faster helion config / the faster torch.compile on each shape: " + "; ".join(parts) + ". "
-        "The range is the lowest and highest pass median; overlapping ranges are a tie. "
+        "The range is the lowest and highest pass median; overlapping ranges are a tie; *rerun*: within the "
+        "run-to-run reproducibility, so a second run could reverse it. "
         f"Sources: `data/bench_h200.csv` and `data/nvfp4_bench_h200.csv` ({meta.get('device')}, torch "
         f"{meta.get('torch')}, triton {meta.get('triton')}, helion {meta.get('helion')}, "
         f"{str(meta.get('date_utc', ''))[:10]}, commit {str(meta.get('git_commit'))[:7]}), "
