@@ -17,7 +17,7 @@ LAB_ARGS ?=
 LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 STACK = -c "import sys, torch, triton; print('stack:', 'python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
 
-.PHONY: run test test-pinned lint unit nbval lab figures wheels gpu-job publish reliability clean
+.PHONY: run test test-pinned lint unit nbval lab figures results wheels gpu-job publish reliability clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -68,14 +68,19 @@ lab: $(STAMP)
 figures: $(STAMP)
 	$(BIN)/python -m inkling_workbook figures
 
+## make results: rewrite the generated tables of README.md and docs/results.md from data/
+results: $(STAMP)
+	$(BIN)/python -m inkling_workbook results
+
 ## make publish (GPU only): the benchmark, bitwise records and notebooks, rewritten in place from
-## this GPU (tools/gpu_job.sh, steps bench,bitwise,notebooks), then figures/ and the README tables
+## this GPU (tools/gpu_job.sh, steps bench,bitwise,notebooks), then figures/ and the generated tables
 publish: $(STAMP)
 	@$(BIN)/python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make publish needs a CUDA GPU: it records GPU results into data/ and notebooks/. On a CPU machine use make run.')"
 	PATH=$(abspath $(BIN)):$$PATH bash tools/gpu_job.sh build/gpu_job bench,bitwise,notebooks
 	$(BIN)/python -m inkling_workbook figures
+	$(BIN)/python -m inkling_workbook results
 
-## make reliability: refresh data/reliability.json and the README's table from the recorded files
+## make reliability: refresh data/reliability.json and its table in docs/results.md from the recorded files
 reliability: $(STAMP)
 	$(BIN)/python tools/reliability.py
 
@@ -88,8 +93,9 @@ wheels:
 ## make gpu-job (GPU only): the whole GPU job (benchmark, tests, sanitizers, bitwise, notebooks)
 gpu-job: $(STAMP)
 	PATH=$(abspath $(BIN)):$$PATH bash tools/gpu_job.sh build/gpu_job
-	cp build/gpu_job/gpu_job.log data/gpu_job_$$($(BIN)/python -c "from inkling_workbook import provenance; print(provenance.device_slug())").log
+	mkdir -p data/logs && cp build/gpu_job/gpu_job.log data/logs/gpu_job_$$($(BIN)/python -c "from inkling_workbook import provenance; print(provenance.device_slug())").log
 	$(BIN)/python -m inkling_workbook figures
+	$(BIN)/python -m inkling_workbook results
 
 clean:
 	rm -rf build

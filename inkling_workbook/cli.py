@@ -1,4 +1,4 @@
-"""``python -m inkling_workbook {check,bench,serving,steps,fusion,figures,info}``."""
+"""``python -m inkling_workbook {check,bench,serving,steps,fusion,figures,results,info}``."""
 
 from __future__ import annotations
 
@@ -107,6 +107,20 @@ def _figures(args) -> int:
     return 0
 
 
+def _results(args) -> int:
+    from . import results
+
+    root, data = Path(args.root), Path(args.data) if args.data else None
+    if args.check:
+        stale = results.stale(root, data)
+        for name in stale:
+            print(f"stale: {name} (run python -m inkling_workbook results)")
+        return 1 if stale else 0
+    for doc in results.update(root, data):
+        print(f"updated the generated blocks in {doc}")
+    return 0
+
+
 def _info(args) -> int:
     print(json.dumps(provenance.collect(), indent=1))
     return 0
@@ -148,10 +162,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(FIGURES))
     p.add_argument(
         "--readme",
-        default=str(provenance.REPO_ROOT / "README.md"),
-        help="README whose generated tables are rewritten from --data (default: the checkout's; '' for none)",
+        default=str(provenance.REPO_ROOT / "docs" / "results.md"),
+        help="document whose summary and serving tables are rewritten from --data (default: the checkout's "
+        "docs/results.md; '' for none); `results` rewrites every generated block",
     )
     p.set_defaults(fn=_figures)
+    p = sub.add_parser("results", help="rewrite the generated tables of README.md and docs/results.md from data/")
+    p.add_argument("--check", action="store_true", help="only report blocks that differ from data/ (exit 1)")
+    p.add_argument("--root", default=str(provenance.REPO_ROOT), help="the checkout holding the documents")
+    p.add_argument("--data", help="the records (default ROOT/data)")
+    p.set_defaults(fn=_results)
     p = sub.add_parser("info", help="print device, versions and interpreter settings")
     p.set_defaults(fn=_info)
     args = parser.parse_args(argv)

@@ -69,12 +69,13 @@ def test_info_prints_versions(capsys):
 
 
 def test_figures_and_summary_from_recorded_data(tmp_path, capsys):
-    readme = tmp_path / "README.md"  # a copy: tests never write into the checkout
-    readme.write_text((DATA.parent / "README.md").read_text())
+    readme = tmp_path / "results.md"  # a copy of docs/results.md: tests never write into the checkout
+    readme.write_text((DATA.parent / "docs" / "results.md").read_text())
     assert cli.main(["figures", "--data", str(DATA), "--out", str(tmp_path), "--readme", str(readme)]) == 0
     for stem in ("speedup_h200", "bandwidth_h200", "nvfp4_h200", "tile_sweep_h200"):
         for ext in (".png", ".svg"):
             assert (tmp_path / f"{stem}{ext}").stat().st_size > 5000
+    assert readme.read_text() == (DATA.parent / "docs" / "results.md").read_text()  # its tables were current
     md = plots.summary_markdown(DATA)
     assert "| 49152 | 3072 | il |" in md and "NVFP4 fused" in md
     df, meta = plots.load_bench(DATA / "bench_h200.csv")

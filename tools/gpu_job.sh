@@ -4,7 +4,7 @@
 #   tools/gpu_job.sh [OUT_DIR] [STEPS]
 #
 # OUT_DIR (default $OUT, else build/gpu_job) receives gpu_job.log, the whole log (recorded as
-# data/gpu_job_<gpu>.log), publish_<gpu>.tar.gz, the data/ records and the notebooks this run
+# data/logs/gpu_job_<gpu>.log), publish_<gpu>.tar.gz, the data/ records and the notebooks this run
 # rewrote (unpack it over a checkout: `tar xzf publish_h200.tar.gz`), and pid, the job's process
 # id (a caller that starts the job in the background waits with `while kill -0 $(cat pid)`;
 # `pgrep -f gpu_job.sh` would also match the caller's own command line). The job works in a

@@ -1,14 +1,14 @@
-"""Collect the reliability figures the README quotes into data/reliability.json, and rewrite the
-README's reliability table (between ``<!-- reliability:start -->`` and ``<!-- reliability:end -->``)
+"""Collect the reliability figures docs/results.md quotes into data/reliability.json, and rewrite
+its reliability table (between ``<!-- reliability:start -->`` and ``<!-- reliability:end -->``)
 from it.
 
 Every number comes from a recorded file or from collecting this checkout's tests: GPU test and
-sanitizer counts from the logs of the GPU job's calls on the H200 (data/gpu_job_h200*.log,
+sanitizer counts from the logs of the GPU job's calls on the H200 (data/logs/gpu_job_h200*.log,
 one section per step), bitwise counts from the data/*bitwise*.json records, CPU test and
 bad-input counts from ``pytest --collect-only`` here.
 
-    python tools/reliability.py           # refresh data/reliability.json and the README table
-    python tools/reliability.py --check   # exit 1 if the README table differs from the JSON
+    python tools/reliability.py           # refresh data/reliability.json and the table in docs/results.md
+    python tools/reliability.py --check   # exit 1 if that table differs from the JSON
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"
-README = ROOT / "README.md"
-# The GPU job logs the table reports, newest first: (file in data/, what it was). Each is parsed
+LOG_DIR = DATA / "logs"  # the GPU job logs (data/README.md)
+README = ROOT / "docs" / "results.md"  # the document holding the reliability table
+# The GPU job logs the table reports, newest first: (file in data/logs/, what it was). Each is parsed
 # the same way (its `=== <step>` sections and its summary); nothing in the table is typed by hand.
 LOGS = [
     ("gpu_job_h200_e8e64d1_tests.log", "the GPU job, tests and sanitizers after experiment AF (scale store, loads)"),
@@ -73,7 +74,7 @@ def step_counts(body: str) -> dict:
 def job_record(name: str, what: str) -> dict:
     """What one GPU job log says: commit, device, date, seconds, each step's exit status and
     seconds (its summary), the test and sanitizer counts, the bitwise tally and method check."""
-    text = (DATA / name).read_text()
+    text = (LOG_DIR / name).read_text()
     sec = log_sections(text)
     commit = re.search(r'"git_commit": "([^"]+)"', text)
     device = re.search(r'"device": "([^"]+)"', text)
@@ -88,7 +89,7 @@ def job_record(name: str, what: str) -> dict:
     tally = re.search(r"^(\d+/\d+ bitwise identical; vs helion with the sm_90 table \d+/\d+)", text, flags=re.M)
     method = re.search(r"'ratio': ([\d.]+), 'within_3pct': (True|False)", text)
     return {
-        "log": f"data/{name}",
+        "log": f"data/logs/{name}",
         "what": what,
         "git_commit": commit.group(1)[:12] if commit else None,
         "device": device.group(1) if device else None,
@@ -106,14 +107,14 @@ def job_record(name: str, what: str) -> dict:
 
 def collect() -> dict:
     return {
-        "gpu_jobs": [job_record(name, what) for name, what in LOGS if (DATA / name).exists()],
+        "gpu_jobs": [job_record(name, what) for name, what in LOGS if (LOG_DIR / name).exists()],
         "bitwise": {
             name: json.loads((DATA / name).read_text())["tally"]
             for name in ("bitwise_h200.json", "bitwise_cpu.json", "nvfp4_bitwise_h200.json")
         },
         "cpu_tests_collected": collected("tests"),
         "bad_input_cases": collected("tests", "-k", "bad_input or device_mismatch or rejects or refused"),
-        "sources": [*(f"data/{n}" for n, _ in LOGS), "data/bitwise_h200.json", "data/bitwise_cpu.json",
+        "sources": [*(f"data/logs/{n}" for n, _ in LOGS), "data/bitwise_h200.json", "data/bitwise_cpu.json",
                     "data/nvfp4_bitwise_h200.json", "pytest --collect-only tests"],
     }  # fmt: skip
 
@@ -149,7 +150,7 @@ def _job_rows(job: dict) -> list[tuple[str, str, str]]:
 
 
 def markdown(doc: dict) -> str:
-    """The README's reliability table, from data/reliability.json."""
+    """The reliability table of docs/results.md, from data/reliability.json."""
     bw = doc["bitwise"]
     rows = [
         ("port vs helion originals, compiled on the H200", f"**{_lead(bw['bitwise_h200.json'])}** (M 1..49152, "
@@ -179,7 +180,7 @@ def main(argv: list[str]) -> int:
     if "--check" in argv:
         doc = json.loads((DATA / "reliability.json").read_text())
         if readme_block(README.read_text()) != markdown(doc):
-            print("README's reliability table differs from data/reliability.json: run make reliability")
+            print("the reliability table in docs/results.md differs from data/reliability.json: run make reliability")
             return 1
         return 0
     doc = collect()
