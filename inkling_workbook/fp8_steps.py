@@ -23,7 +23,6 @@ interpreter-equivalent path, which the package proves gives the same bits.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +31,6 @@ import triton
 import triton.language as tl
 
 from inkling_kernels import _backend
-from inkling_kernels.reference import fp8_group_quant_ref
 
 # library helpers: the package's jit helpers and launch rules that the steps adopt (one import
 # block, so a move of these names inside the package is fixed here only)
@@ -58,6 +56,7 @@ from inkling_kernels.fp8 import (  # library helpers
     empty_scales,
     silu_and_mul_fp8_group_quant,
 )
+from inkling_kernels.reference import fp8_group_quant_ref
 from inkling_kernels.silu_and_mul import _silu_mul  # library helpers
 
 from . import provenance
@@ -497,7 +496,8 @@ CPU_CASES = [
     Case("il_fp32_ue8m0", (3,), 128, torch.float32, scale_ue8m0=True),
     Case("il_bf16_3d", (2, 3), 256),
     Case("il_bf16_masked_colmajor", (3, 5), 256, masked=(5, 0, 2), column_major_scales=True),
-    Case("nil_bf16_masked_g64_ue8m0", (3, 4), 128, interleaved=False, group_size=64, scale_ue8m0=True, masked=(1, 4, 0)),
+    Case("nil_bf16_masked_g64_ue8m0", (3, 4), 128, interleaved=False, group_size=64, scale_ue8m0=True,
+         masked=(1, 4, 0)),
 ]  # fmt: skip
 #: compiled: the same and the sizes where the decode chain and the work list are taken
 GPU_CASES = CPU_CASES + [
@@ -593,7 +593,8 @@ def check_case(case: Case, device, runners: dict, seed: int = 0) -> list[dict]:
         s_ref = torch.equal(sel(s.contiguous().view(torch.int32)), sel(ref_s.view(torch.int32)))
         rows.append({"step": name, "case": case.name, "device": device.type, "q_equal_package": q_pkg,
                      "scales_equal_package": s_pkg, "equal_reference": q_ref and s_ref,
-                     "q_bytes_differing": int((qb != pkg_q).sum()), "ok": q_pkg and s_pkg and q_ref and s_ref})  # fmt: skip
+                     "q_bytes_differing": int((qb != pkg_q).sum()),
+                     "ok": q_pkg and s_pkg and q_ref and s_ref})  # fmt: skip
     return rows
 
 
@@ -685,7 +686,8 @@ def measure_steps(out: str | Path | None = None, device="cuda", shapes=SHAPES, c
     meta = provenance.collect(command)
     checks = check_steps(device)
     meta["bitwise"] = {"cases": [c.name for c in GPU_CASES], "summary": summary(checks),
-                       "all_ok": all(r["ok"] for r in checks), "failures": [r for r in checks if not r["ok"]]}  # fmt: skip
+                       "all_ok": all(r["ok"] for r in checks),
+                       "failures": [r for r in checks if not r["ok"]]}  # fmt: skip
     meta["clock_warmup"] = bench.warm_clocks()
     meta["timing"] = {
         "method": "inkling_workbook.bench: GraphTimer (>= 100 calls, >= 1 ms a replay), time_interleaved",
@@ -697,8 +699,8 @@ def measure_steps(out: str | Path | None = None, device="cuda", shapes=SHAPES, c
         "spread": "lowest and highest pass median",
         "bytes": "read 4N, write N + 4N/128 a row present",
     }
-    meta["steps"] = [s.__dict__ for s in STEPS] + [{"index": len(STEPS), "name": "package", "idea":
-                                                   "inkling_kernels.silu_and_mul_fp8_group_quant, PDL off"}]  # fmt: skip
+    package = {"index": len(STEPS), "name": "package", "idea": "inkling_kernels.silu_and_mul_fp8_group_quant, PDL off"}
+    meta["steps"] = [s.__dict__ for s in STEPS] + [package]
     meta["shapes"] = [{"case": n, "lead": list(lead), "N": N, "interleaved": il, "masked_m": list(m) if m else None}
                       for n, lead, N, il, m in shapes]  # fmt: skip
     rows = time_steps(device, shapes)

@@ -1,0 +1,169 @@
+"""Every step of the fused FP8 kernel (notebook 07) writes the package's bits: raw bytes of q and
+every word of the scale storage (padding rows included), outputs poisoned before each run, fresh
+random data with zeros, e4m3 ties, 448, NaN and Inf planted; the reference formula beside it."""
+
+import json
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from conftest import gpu_only
+
+from inkling_kernels import fp8_group_quant, silu_and_mul, silu_and_mul_fp8_group_quant
+from inkling_kernels.reference import fp8_group_quant_ref
+from inkling_workbook import fp8_steps
+from inkling_workbook.fp8_steps import CPU_CASES, GPU_CASES, Case
+
+
+@pytest.mark.parametrize("case", CPU_CASES, ids=lambda c: c.name)
+def test_every_step_bitwise_equal_to_package_cpu(case):
+    rows = fp8_steps.check_steps("cpu", cases=[case])
+    assert len(rows) == len(fp8_steps.STEPS)
+    bad = [r for r in rows if not r["ok"]]
+    assert not bad, bad
+
+
+def test_edge_values_are_planted():
+    """The check's data holds what it claims: ties (17, 432, 2**-10), 448, a zero group, NaN, Inf."""
+    case = Case("probe", (4,), 256, interleaved=False)
+    gateup = fp8_steps.make_gateup(case, "cpu")
+    y = silu_and_mul(gateup, interleaved=False).float()
+    assert (y != 0).float().mean() > 0.5  # random, never zeros
+    assert torch.all(y[0, :128] == 0)
+    assert y[1, :6].tolist() == [448.0, 432.0, 17.0, 2.0**-10, -3 * 2.0**-10, -424.0]
+    assert torch.isnan(y[2, 0]) and torch.isinf(y[2, 127])
+    q, s = fp8_group_quant_ref(y, 128)
+    assert s[1, 0].item() == 1.0
+    # RNE at the ties: 432 -> 448 (even), 17 -> 16, 2**-10 -> 0, -3 * 2**-10 -> -2**-8; NaN -> 0x7F
+    assert q[1, :5].float().tolist() == [448.0, 448.0, 16.0, 0.0, -(2.0**-8)]
+    assert q.view(torch.uint8)[2, 0].item() == 0x7F
+
+
+@triton.jit
+def _e4m3_half_up(t):
+    """A deliberately wrong rounding: ties go up (away from zero) instead of to even."""
+    bits = t.to(tl.int32, bitcast=True)
+    sign = (bits >> 24) & 0x80
+    mag = tl.minimum(bits & 0x7FFFFFFF, 0x43E00000)
+    normal = ((mag + 0x80000) >> 20) - 960
+    small = (mag.to(tl.float32, bitcast=True) * 512.0 + 8388608.0).to(tl.int32, bitcast=True) - 0x4B000000
+    return tl.where(mag < 0x3C800000, small, normal) | sign
+
+
+def test_planted_rounding_bug_is_caught(monkeypatch):
+    """The check can fail: the naive step with ties rounded up must be reported, on q only."""
+    monkeypatch.setattr(fp8_steps, "_e4m3_signed", _e4m3_half_up)
+    rows = fp8_steps.check_steps("cpu", cases=[CPU_CASES[1]], steps=["naive"])
+    assert len(rows) == 1 and not rows[0]["ok"]
+    assert not rows[0]["q_equal_package"] and rows[0]["scales_equal_package"]
+    assert not rows[0]["equal_reference"]
+    assert rows[0]["q_bytes_differing"] >= 1
+
+
+def test_unwritten_output_is_caught():
+    """A runner that leaves the poisoned output as it is fails every comparison."""
+    rows = fp8_steps.check_steps("cpu", cases=[CPU_CASES[0]], runners={"nothing": lambda x, out, **kw: out})
+    assert not rows[0]["q_equal_package"] and not rows[0]["scales_equal_package"]
+
+
+def test_masked_rows_untouched_and_padding_zeroed():
+    case = CPU_CASES[6]  # masked (5, 0, 2), column-major: padding rows 5..7
+    gateup = fp8_steps.make_gateup(case, "cpu")
+    q, s = fp8_steps.run_step("work_list", gateup, out=fp8_steps._poisoned_out(case, "cpu"), **case.kwargs("cpu"))
+    assert torch.all(q.view(torch.uint8)[1] == fp8_steps.Q_POISON)
+    assert torch.all(q.view(torch.uint8)[2, 2:] == fp8_steps.Q_POISON)
+    words = fp8_steps._storage_words(s).view(3, -1, 8)  # [E, G, Tp]
+    assert torch.all(words[:, :, 5:] == 0)
+
+
+@pytest.mark.parametrize(
+    "kwargs,error",
+    [
+        (dict(step="nope"), ValueError),
+        (dict(step=7), ValueError),
+        (dict(step=True), ValueError),
+        (dict(gateup=[1.0]), TypeError),
+        (dict(gateup=torch.zeros(2, 8, dtype=torch.int32)), TypeError),
+        (dict(gateup=torch.zeros(2, 255)), ValueError),
+        (dict(group_size=96), ValueError),
+        (dict(masked_m=torch.zeros(2, dtype=torch.int32)), ValueError),
+    ],
+)
+def test_bad_arguments(kwargs, error):
+    args = dict(step="naive", gateup=torch.randn(2, 256))
+    args.update(kwargs)
+    name = [k for k in kwargs][0]
+    with pytest.raises(error, match=name):
+        fp8_steps.run_step(args.pop("step"), args.pop("gateup"), **args)
+
+
+def test_step_flags_interpreter_are_all_off():
+    for i in range(len(fp8_steps.STEPS)):
+        f = fp8_steps.step_flags(i, torch.device("cpu"), torch.bfloat16, interleaved_words=True, redux_ok=True,
+                                 decode=True)  # fmt: skip
+        assert f[:4] == (False, fp8_steps.DIV_IEEE, False, 0) and not f[5] and not f[6] and not f[7]
+        assert f[4] == (i >= 3)  # pair words: the interpreter reads them too
+
+
+@gpu_only
+@pytest.mark.gpu
+def test_every_step_bitwise_equal_to_package_gpu():
+    rows = fp8_steps.check_steps("cuda", cases=GPU_CASES)
+    bad = [r for r in rows if not r["ok"]]
+    assert not bad, bad
+
+
+@gpu_only
+@pytest.mark.gpu
+@pytest.mark.timing
+def test_fp8_steps_cli_writes_records(tmp_path):
+    from inkling_workbook import cli
+
+    assert cli.main(["fp8-steps", "--device", "cuda", "--out", str(tmp_path / "fp8_steps_x.csv")]) == 0
+    meta = json.loads((tmp_path / "fp8_steps_x.json").read_text())
+    assert meta["bitwise"]["all_ok"] and len(meta["steps"]) == len(fp8_steps.STEPS) + 1
+
+
+# ---- the package at decode on unaligned memory (compiled only) --------------------------------
+# ``_warp_redux_ok`` decides the one-warp-a-group redux from the group size and the tile alone;
+# Triton lays out a load from the pointer's alignment too, so an unaligned input (odd element
+# offset and row stride) and an unaligned caller-provided ``out`` may give a layout where a warp
+# holds parts of several groups. Under the interpreter the redux is never taken: GPU only.
+
+
+def _unaligned(t: torch.Tensor, offset: int = 1) -> torch.Tensor:
+    """A copy of ``t`` [M, K] at an odd element offset with an odd row stride."""
+    M, K = t.shape
+    buf = torch.empty(M * (K + 1) + offset, dtype=t.dtype, device=t.device)
+    view = buf[offset : offset + M * (K + 1)].view(M, K + 1)[:, :K]
+    view.copy_(t)
+    return view
+
+
+def _unaligned_out(M, N, G, device):
+    qb = torch.full((M * N + 1,), 0xA5, dtype=torch.uint8, device=device)
+    sb = torch.full((M * G + 1,), float("nan"), dtype=torch.float32, device=device)
+    return qb[1:].view(M, N).view(torch.float8_e4m3fn), sb[1:].view(M, G)
+
+
+@gpu_only
+@pytest.mark.gpu
+@pytest.mark.parametrize("unaligned", ["input", "out", "both"])
+@pytest.mark.parametrize("op", ["fused_nil", "quant"])
+def test_unaligned_decode_warp_redux_gpu(op, unaligned):
+    gen = torch.Generator().manual_seed(7)
+    M, N, G = 16, 1536, 12
+    x = torch.randn(M, 2 * N if op == "fused_nil" else N, generator=gen).mul(3)
+    x[:, :128] *= 64  # group 0 (gate of group 0) far larger: a group max mixed across groups shows
+    x = x.bfloat16().cuda()
+    y = silu_and_mul(x, interleaved=False) if op == "fused_nil" else x
+    ref_q, ref_s = fp8_group_quant_ref(y, 128)
+    xin = _unaligned(x) if unaligned in ("input", "both") else x
+    out = _unaligned_out(M, N, G, "cuda") if unaligned in ("out", "both") else None
+    if op == "fused_nil":
+        q, s = silu_and_mul_fp8_group_quant(xin, interleaved=False, out=out)
+    else:
+        q, s = fp8_group_quant(xin, out=out)
+    assert torch.equal(s.view(torch.int32), ref_s.view(torch.int32)), "scales differ from the reference"
+    assert torch.equal(q.view(torch.uint8), ref_q.view(torch.uint8)), "q differs from the reference"
