@@ -168,11 +168,11 @@ def _tile_hw_e4m3(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe, s
     HW: tl.constexpr = F[0]
     rows, valid, pad, g, g_ok, cols, mask = _coords(pid_m, pid_g, n_rows, T, T_PAD, BLOCK_M, BLOCK_G, GROUP, N // GROUP)
     gate, up = _load_two(x_ptr, e * sxe + rows[:, None, None] * sxm, cols, mask, N, ACT)
-    y = _silu_mul(gate, up).to(x_ptr.dtype.element_ty).to(tl.float32)
+    y = _silu_mul(gate, up).to(x_ptr.dtype.element_ty).to(tl.float32)  # rounded as silu_and_mul stores it
     amax = _amax_f32(y, HW)
-    s, r, r_lo = _group_scale(amax, UE8M0, DIV_IEEE, False)
+    s, r, r_lo = _group_scale(amax, UE8M0, DIV_IEEE, False)  # s = div_rn(amax, 448)
     if UE8M0:
-        t = y * r[:, :, None]
+        t = y * r[:, :, None]  # a power of two: the product is the exact quotient
     else:
         t = tl.math.div_rn(y, s[:, :, None] + tl.zeros_like(y))
     if HW:
@@ -201,13 +201,13 @@ def _tile_div_free(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe, 
     amax = _amax_f32(y, HW)
     s, r, r_lo = _group_scale(amax, UE8M0, DIV, FAST_SCALE)  # once a group
     if UE8M0:
-        t = y * r[:, :, None]
+        t = y * r[:, :, None]  # a power of two: the product is the exact quotient
     else:
         t = _div_by_scale(y, s[:, :, None], r[:, :, None], r_lo[:, :, None], DIV)  # fma(y, r, y * r_lo)
     if HW:
-        q = _e4m3_hw(t)
+        q = _e4m3_hw(t)  # cvt.rn.satfinite.e4m3x2.f32: four bytes in one 32-bit register
     else:
-        q = _e4m3_signed(t).to(tl.uint8)
+        q = _e4m3_signed(t).to(tl.uint8)  # the interpreter: the same bytes by integer operations
     tl.store(q_ptr + e * sqe + rows[:, None, None] * sqm + cols, q, mask=mask)
     s_mask = (valid | pad)[:, None] & g_ok[None, :]
     _store_scales(s_ptr, e * sse + rows[:, None] * ssm + g[None, :] * ssg, s, valid, s_mask, False)
@@ -250,15 +250,15 @@ def _tile_pair_words(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe
     else:
         y = _silu_mul(gate, up, FTZ_EXP).to(x_ptr.dtype.element_ty).to(tl.float32)
     amax = _amax_f32(y, HW)
-    s, r, r_lo = _group_scale(amax, UE8M0, DIV, FAST_SCALE)
+    s, r, r_lo = _group_scale(amax, UE8M0, DIV, FAST_SCALE)  # once a group
     if UE8M0:
-        t = y * r[:, :, None]
+        t = y * r[:, :, None]  # a power of two: the product is the exact quotient
     else:
-        t = _div_by_scale(y, s[:, :, None], r[:, :, None], r_lo[:, :, None], DIV)
+        t = _div_by_scale(y, s[:, :, None], r[:, :, None], r_lo[:, :, None], DIV)  # fma(y, r, y * r_lo)
     if HW:
-        q = _e4m3_hw(t)
+        q = _e4m3_hw(t)  # cvt.rn.satfinite.e4m3x2.f32: four bytes in one 32-bit register
     else:
-        q = _e4m3_signed(t).to(tl.uint8)
+        q = _e4m3_signed(t).to(tl.uint8)  # the interpreter: the same bytes by integer operations
     tl.store(q_ptr + e * sqe + rows[:, None, None] * sqm + cols, q, mask=mask)
     s_mask = (valid | pad)[:, None] & g_ok[None, :]
     _store_scales(s_ptr, e * sse + rows[:, None] * ssm + g[None, :] * ssg, s, valid, s_mask, False)
@@ -282,7 +282,7 @@ def _tile_decode(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe, sx
     rows, valid, pad, g, g_ok, cols, mask = _coords(pid_m, pid_g, n_rows, T, T_PAD, BLOCK_M, BLOCK_G, GROUP, N // GROUP)
     gate, up = _load_words(x_ptr, e * sxe + rows[:, None, None] * sxm, cols, mask, N, ACT, PAIR_WORDS, BF16_BITS)
     if BF16_BITS:
-        y = _bf16_round(_silu_mul(gate, up, FTZ_EXP))
+        y = _bf16_round(_silu_mul(gate, up, FTZ_EXP))  # cvt.rn.bf16x2.f32, widened on the bits
     else:
         y = _silu_mul(gate, up, FTZ_EXP).to(x_ptr.dtype.element_ty).to(tl.float32)
     if WARP_REDUX:  # every element gets its group's max: a thread's four, then one redux.sync
@@ -299,9 +299,9 @@ def _tile_decode(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe, sx
     else:
         t = _div_by_scale(y, sb, rb, lb, DIV)
     if HW:
-        q = _e4m3_hw(t)
+        q = _e4m3_hw(t)  # cvt.rn.satfinite.e4m3x2.f32: four bytes in one 32-bit register
     else:
-        q = _e4m3_signed(t).to(tl.uint8)
+        q = _e4m3_signed(t).to(tl.uint8)  # the interpreter: the same bytes by integer operations
     tl.store(q_ptr + e * sqe + rows[:, None, None] * sqm + cols, q, mask=mask)
     s_mask = (valid | pad)[:, None] & g_ok[None, :]
     _store_scales(s_ptr, e * sse + rows[:, None] * ssm + g[None, :] * ssg, s, valid, s_mask, SCALE_ASM)
@@ -706,3 +706,37 @@ def measure_steps(out: str | Path | None = None, device="cuda", shapes=SHAPES, c
     rows = time_steps(device, shapes)
     meta["gpu_state_after"] = provenance.gpu_state()
     return write_records(rows, meta, out)
+
+
+# ---- sources for the notebook ----------------------------------------------------------------
+
+#: each step's new code: the tile function (steps 0-4) or the kernel (step 5)
+SOURCES = ["_tile_naive", "_tile_hw_e4m3", "_tile_div_free", "_tile_pair_words", "_tile_decode", "fp8_work_list_kernel"]
+
+
+def step_source(step) -> str:
+    """The Python source of a step's tile function (step 5: the work-list kernel)."""
+    import inspect
+
+    fn = globals()[SOURCES[_resolve(step)]]
+    return inspect.getsource(getattr(fn, "fn", fn))
+
+
+def step_diff(step) -> str:
+    """What a step changes: a unified diff of its tile's source against the previous step's
+    (steps 0 and 5, the first tile and the work-list kernel: their whole source)."""
+    import difflib
+
+    index = _resolve(step)
+    if index in (0, 5):
+        return step_source(index)
+    before, after = _body(step_source(index - 1)), _body(step_source(index))
+    lines = difflib.unified_diff(before, after, SOURCES[index - 1], SOURCES[index], n=0, lineterm="")
+    return "\n".join(line for line in lines if not line.startswith("@@"))
+
+
+def _body(src: str) -> list[str]:
+    """A jit function's lines after its signature (which differs only in the name)."""
+    lines = src.splitlines()
+    end = next(i for i, line in enumerate(lines) if line.rstrip().endswith(":") or "# fmt: skip" in line)
+    return lines[end + 1 :]
