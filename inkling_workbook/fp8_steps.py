@@ -499,15 +499,22 @@ CPU_CASES = [
     Case("nil_bf16_masked_g64_ue8m0", (3, 4), 128, interleaved=False, group_size=64, scale_ue8m0=True,
          masked=(1, 4, 0)),
 ]  # fmt: skip
-#: compiled: the same and the sizes where the decode chain and the work list are taken
-GPU_CASES = CPU_CASES + [
-    Case("il_bf16_decode", (16,), 3072),
-    Case("nil_bf16_decode", (16,), 3072, interleaved=False),
+#: timed on the GPU (bf16, groups of 128): decode, prefill, the masked layout on ragged counts
+TIMED_CASES = [
+    Case("M16_N3072_il", (16,), 3072),
+    Case("M16_N3072_nil", (16,), 3072, interleaved=False),
+    Case("M8192_N3072_il", (8192,), 3072),
+    Case("M8192_N3072_nil", (8192,), 3072, interleaved=False),
+    Case("masked_ragged_E8_T256_N3072", (8, 256), 3072, masked=(256, 0, 17, 128, 255, 64, 1, 200)),
+]
+#: checked compiled: the timed cases (their compiles serve the timing too), and fp16, fp32 with
+#: ue8m0, column-major scales with padding rows, groups of 64 and a masked decode layout
+GPU_CASES = TIMED_CASES + [
     Case("il_fp16_decode", (8,), 1536, torch.float16),
-    Case("il_bf16_prefill", (1024,), 1536),
-    Case("nil_bf16_prefill_colmajor", (1000,), 1536, interleaved=False, column_major_scales=True),
-    Case("il_bf16_masked_ragged", (8, 256), 1536, masked=(256, 0, 17, 128, 255, 64, 1, 200)),
-    Case("il_bf16_masked_decode", (8, 16), 1536, masked=(16, 0, 3, 9, 1, 16, 7, 2)),
+    Case("nil_bf16_colmajor", (1000,), 1536, interleaved=False, column_major_scales=True),
+    Case("il_fp32_ue8m0", (3,), 128, torch.float32, scale_ue8m0=True),
+    Case("il_bf16_masked_decode_g64", (8, 16), 1536, group_size=64, masked=(16, 0, 3, 9, 1, 16, 7, 2),
+         column_major_scales=True),
 ]  # fmt: skip
 
 
@@ -630,32 +637,23 @@ def summary(rows: list[dict]) -> list[dict]:
 
 # ---- timing (GPU only) -----------------------------------------------------------------------
 
-#: (name, lead, N, interleaved, masked counts): decode, prefill, the masked layout
-SHAPES = [
-    ("M16_N3072_il", (16,), 3072, True, None),
-    ("M16_N3072_nil", (16,), 3072, False, None),
-    ("M8192_N3072_il", (8192,), 3072, True, None),
-    ("M8192_N3072_nil", (8192,), 3072, False, None),
-    ("masked_ragged_E8_T256_N3072", (8, 256), 3072, True, (256, 0, 17, 128, 255, 64, 1, 200)),
-]
-
 
 def fp8_bytes(rows_present: int, N: int, group_size: int = 128) -> int:
     """Bytes the fused op must move: read 4N (bf16 gate and up), write N (e4m3) + 4N/group (fp32)."""
     return rows_present * (4 * N + N + 4 * N // group_size)
 
 
-def time_steps(device="cuda", shapes=SHAPES, passes: int | None = None) -> list[dict]:
-    """Every step and the package (PDL off, outputs preallocated) on ``shapes``, bf16, groups of
-    128, with the workbook's method (:mod:`inkling_workbook.bench`: CUDA-graph replay of a fixed
-    call count, passes interleaved). GPU only; call :func:`bench.warm_clocks` first."""
+def time_steps(device="cuda", cases=TIMED_CASES, passes: int | None = None) -> list[dict]:
+    """Every step and the package (PDL off, outputs preallocated) on ``cases`` with the workbook's
+    method (:mod:`inkling_workbook.bench`: CUDA-graph replay of a fixed call count, passes
+    interleaved). GPU only; call :func:`bench.warm_clocks` first."""
     from . import bench
 
     bench.require_gpu()
     device = torch.device(device)
     rows = []
-    for name, lead, N, il, masked in shapes:
-        case = Case(name, lead, N, interleaved=il, masked=masked)
+    for case in cases:
+        name, lead, N, masked = case.name, case.lead, case.N, case.masked
         gateup = make_gateup(case, device)
         out = _poisoned_out(case, device)
         kw = case.kwargs(device)
@@ -668,12 +666,12 @@ def time_steps(device="cuda", shapes=SHAPES, passes: int | None = None) -> list[
         clock = provenance.gpu_state().get("sm_clock_mhz")
         for i, k in enumerate(calls):
             rows.append({"step": i, "impl": k, "case": name, "rows_present": present, "N": N,
-                         "layout": "il" if il else "nil", "l2": "warm",
+                         "layout": "il" if case.interleaved else "nil", "l2": "warm",
                          **timings[k].columns(fp8_bytes(present, N), 4), "sm_clock_mhz": clock})  # fmt: skip
     return rows
 
 
-def measure_steps(out: str | Path | None = None, device="cuda", shapes=SHAPES, command=None) -> tuple[Path, Path]:
+def measure_steps(out: str | Path | None = None, device="cuda", cases=TIMED_CASES, command=None) -> tuple[Path, Path]:
     """Check every step on the GPU cases, then time them -> ``data/fp8_steps_<gpu>.csv`` and
     ``.json`` (provenance, method, steps, the bitwise summary). Under a minute on an H200."""
     from . import bench
@@ -701,9 +699,9 @@ def measure_steps(out: str | Path | None = None, device="cuda", shapes=SHAPES, c
     }
     package = {"index": len(STEPS), "name": "package", "idea": "inkling_kernels.silu_and_mul_fp8_group_quant, PDL off"}
     meta["steps"] = [s.__dict__ for s in STEPS] + [package]
-    meta["shapes"] = [{"case": n, "lead": list(lead), "N": N, "interleaved": il, "masked_m": list(m) if m else None}
-                      for n, lead, N, il, m in shapes]  # fmt: skip
-    rows = time_steps(device, shapes)
+    meta["cases"] = [{"case": c.name, "lead": list(c.lead), "N": c.N, "interleaved": c.interleaved,
+                      "masked_m": list(c.masked) if c.masked else None} for c in cases]  # fmt: skip
+    rows = time_steps(device, cases)
     meta["gpu_state_after"] = provenance.gpu_state()
     return write_records(rows, meta, out)
 
