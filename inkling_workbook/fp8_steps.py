@@ -671,13 +671,14 @@ def time_steps(device="cuda", cases=TIMED_CASES, passes: int | None = None) -> l
     return rows
 
 
-def measure_steps(out: str | Path | None = None, device="cuda", cases=TIMED_CASES, command=None) -> tuple[Path, Path]:
+def measure_steps(out: str | Path | None = None, device="cuda", cases=None, command=None) -> tuple[Path, Path]:
     """Check every step on the GPU cases, then time them -> ``data/fp8_steps_<gpu>.csv`` and
     ``.json`` (provenance, method, steps, the bitwise summary). Under a minute on an H200."""
     from . import bench
     from .port_steps import write_records
 
     bench.require_gpu()
+    cases = TIMED_CASES if cases is None else cases
     out = Path(out) if out else provenance.REPO_ROOT / "data" / f"fp8_steps_{provenance.device_slug()}.csv"
     if out.suffix != ".csv":
         out = out / f"fp8_steps_{provenance.device_slug()}.csv"
