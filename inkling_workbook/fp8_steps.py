@@ -217,11 +217,14 @@ def _tile_div_free(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe, 
 
 
 @triton.jit
-def _load_words(x_ptr, row_off, cols, mask, N: tl.constexpr, ACT: tl.constexpr, PAIR_WORDS: tl.constexpr,
+def _load_words(x_ptr, e, rows, sxe, sxm, cols, mask, N: tl.constexpr, ACT: tl.constexpr, PAIR_WORDS: tl.constexpr,
                 BF16_BITS: tl.constexpr):  # fmt: skip
     """Interleaved 16-bit pairs as one little-endian 32-bit word each (gate in the low half)."""
     if PAIR_WORDS:
-        words = tl.load(x_ptr.to(tl.pointer_type(tl.uint32), bitcast=True) + row_off // 2 + cols, mask=mask, other=0)
+        # offsets in words from the halved strides (even by the launcher's rule): the compiler
+        # keeps their alignment, so the loads stay vectorized
+        words_ptr = x_ptr.to(tl.pointer_type(tl.uint32), bitcast=True)
+        words = tl.load(words_ptr + e * (sxe // 2) + rows[:, None, None] * (sxm // 2) + cols, mask=mask, other=0)
         if BF16_BITS:  # a bf16 is the top half of the fp32 of the same value
             gate = (words << 16).to(tl.float32, bitcast=True)
             up = (words & 0xFFFF0000).to(tl.float32, bitcast=True)
@@ -229,7 +232,7 @@ def _load_words(x_ptr, row_off, cols, mask, N: tl.constexpr, ACT: tl.constexpr, 
             gate = (words & 0xFFFF).to(tl.uint16).to(x_ptr.dtype.element_ty, bitcast=True)
             up = (words >> 16).to(tl.uint16).to(x_ptr.dtype.element_ty, bitcast=True)
     else:
-        gate, up = _load_two(x_ptr, row_off, cols, mask, N, ACT)
+        gate, up = _load_two(x_ptr, e * sxe + rows[:, None, None] * sxm, cols, mask, N, ACT)
     return gate, up
 
 
@@ -244,7 +247,7 @@ def _tile_pair_words(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe
     PAIR_WORDS: tl.constexpr = F[4]
     BF16_BITS: tl.constexpr = F[5]
     rows, valid, pad, g, g_ok, cols, mask = _coords(pid_m, pid_g, n_rows, T, T_PAD, BLOCK_M, BLOCK_G, GROUP, N // GROUP)
-    gate, up = _load_words(x_ptr, e * sxe + rows[:, None, None] * sxm, cols, mask, N, ACT, PAIR_WORDS, BF16_BITS)
+    gate, up = _load_words(x_ptr, e, rows, sxe, sxm, cols, mask, N, ACT, PAIR_WORDS, BF16_BITS)
     if BF16_BITS:
         y = _bf16_round(_silu_mul(gate, up, FTZ_EXP))  # cvt.rn.bf16x2.f32, widened on the bits
     else:
@@ -280,7 +283,7 @@ def _tile_decode(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe, sx
     WARP_REDUX: tl.constexpr = F[6]
     SCALE_ASM: tl.constexpr = F[7]
     rows, valid, pad, g, g_ok, cols, mask = _coords(pid_m, pid_g, n_rows, T, T_PAD, BLOCK_M, BLOCK_G, GROUP, N // GROUP)
-    gate, up = _load_words(x_ptr, e * sxe + rows[:, None, None] * sxm, cols, mask, N, ACT, PAIR_WORDS, BF16_BITS)
+    gate, up = _load_words(x_ptr, e, rows, sxe, sxm, cols, mask, N, ACT, PAIR_WORDS, BF16_BITS)
     if BF16_BITS:
         y = _bf16_round(_silu_mul(gate, up, FTZ_EXP))  # cvt.rn.bf16x2.f32, widened on the bits
     else:
