@@ -147,7 +147,7 @@ def _tile_naive(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe, sxm
     gate, up = _load_two(x_ptr, e * sxe + rows[:, None, None] * sxm, cols, mask, N, ACT)
     y = _silu_mul(gate, up).to(x_ptr.dtype.element_ty).to(tl.float32)  # rounded as silu_and_mul stores it
     amax = _amax_bits(y)
-    s, r, r_lo = _group_scale(amax, UE8M0, DIV_IEEE, False)  # s = div_rn(amax, 448)
+    s, r, r_lo = _group_scale(amax, UE8M0, 0, False)  # DIV_IEEE; s = div_rn(amax, 448)
     if UE8M0:
         t = y * r[:, :, None]  # a power of two: the product is the exact quotient
     else:
@@ -170,7 +170,7 @@ def _tile_hw_e4m3(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe, s
     gate, up = _load_two(x_ptr, e * sxe + rows[:, None, None] * sxm, cols, mask, N, ACT)
     y = _silu_mul(gate, up).to(x_ptr.dtype.element_ty).to(tl.float32)  # rounded as silu_and_mul stores it
     amax = _amax_f32(y, HW)
-    s, r, r_lo = _group_scale(amax, UE8M0, DIV_IEEE, False)  # s = div_rn(amax, 448)
+    s, r, r_lo = _group_scale(amax, UE8M0, 0, False)  # DIV_IEEE; s = div_rn(amax, 448)
     if UE8M0:
         t = y * r[:, :, None]  # a power of two: the product is the exact quotient
     else:
@@ -330,18 +330,22 @@ def fp8_step_kernel(x_ptr, m_ptr, q_ptr, s_ptr, T, T_PAD, sxe, sxm, sqe, sqm, ss
         first = (pid // G_TILES) * BLOCK_M
         run = (first < n_rows) | ((first + BLOCK_M > T) & (first < T_PAD))
     if run:
-        args = (e, pid // G_TILES, pid % G_TILES, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD,
-                sxe, sxm, sqe, sqm, sse, ssm, ssg, N, GROUP, ACT, UE8M0, BLOCK_M, BLOCK_G, F)  # fmt: skip
+        pid_m, pid_g = pid // G_TILES, pid % G_TILES
         if STEP == 0:
-            _tile_naive(*args)
+            _tile_naive(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe, sxm, sqe, sqm, sse, ssm, ssg,
+                        N, GROUP, ACT, UE8M0, BLOCK_M, BLOCK_G, F)  # fmt: skip
         elif STEP == 1:
-            _tile_hw_e4m3(*args)
+            _tile_hw_e4m3(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe, sxm, sqe, sqm, sse, ssm, ssg,
+                          N, GROUP, ACT, UE8M0, BLOCK_M, BLOCK_G, F)  # fmt: skip
         elif STEP == 2:
-            _tile_div_free(*args)
+            _tile_div_free(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe, sxm, sqe, sqm, sse, ssm, ssg,
+                           N, GROUP, ACT, UE8M0, BLOCK_M, BLOCK_G, F)  # fmt: skip
         elif STEP == 3:
-            _tile_pair_words(*args)
+            _tile_pair_words(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe, sxm, sqe, sqm, sse, ssm,
+                             ssg, N, GROUP, ACT, UE8M0, BLOCK_M, BLOCK_G, F)  # fmt: skip
         else:
-            _tile_decode(*args)
+            _tile_decode(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe, sxm, sqe, sqm, sse, ssm, ssg,
+                         N, GROUP, ACT, UE8M0, BLOCK_M, BLOCK_G, F)  # fmt: skip
 
 
 @triton.jit(do_not_specialize=["T", "T_PAD", "E"])
