@@ -223,3 +223,29 @@ def test_package_warp_redux_one_group_a_warp_sm90(unaligned):
 )
 def test_package_warp_redux_unaligned_input_and_out_sm90():
     assert _package_redux_layout("xq").startswith(ONE_GROUP_A_WARP)
+
+
+def test_every_step_compiles_for_sm90_with_the_gpu_switches(monkeypatch):
+    """The compiled-only paths (the interpreter never takes them) pass Triton's compiler: each step's
+    launch on two cases, with every switch the H200 gets, compiled for sm_90 on the CPU."""
+    from inkling_workbook import fp_fusion
+
+    def sm90_flags(device, dtype, interpreted):
+        sixteen = dtype in (torch.bfloat16, torch.float16)
+        return {"HW": True, "DIV": 2 if sixteen else 0, "FTZ_EXP": 2, "BF16_BITS": dtype == torch.bfloat16,
+                "FAST_SCALE": True, "WARP_REDUX": True, "SCALE_ASM": True}  # fmt: skip
+
+    seen = []
+    monkeypatch.setattr(fp8_steps, "_kernel_flags", sm90_flags)
+    monkeypatch.setattr(
+        fp8_steps._backend, "launch", lambda kernel, grid, device, *a, **kw: seen.append((kernel, a, kw))
+    )
+    for case in (CPU_CASES[2], CPU_CASES[7]):  # fp16 interleaved; bf16 masked, ue8m0, groups of 64
+        gateup = fp8_steps.make_gateup(case, "cpu")
+        for step in fp8_steps.STEP_NAMES:
+            fp8_steps.run_step(step, gateup, **case.kwargs("cpu"))
+    assert len(seen) == 2 * len(fp8_steps.STEPS)
+    assert all(kw["F"][0] for _, _, kw in seen[1:6])  # the hardware path from step 1 on
+    for kernel, args, kw in seen:
+        ptx = fp_fusion.compile_sm90(kernel, args, kw).asm["ptx"]
+        assert ("cvt.rn.satfinite.e4m3x2.f32" in ptx) == kw["F"][0]
