@@ -1,4 +1,4 @@
-"""``python -m inkling_workbook {check,bench,serving,steps,fusion,figures,results,info}``."""
+"""``python -m inkling_workbook {check,bench,serving,steps,fp8-steps,fusion,figures,results,info}``."""
 
 from __future__ import annotations
 
@@ -79,6 +79,21 @@ def _steps(args) -> int:
     return 0
 
 
+def _fp8_steps(args) -> int:
+    from . import bench, fp8_steps
+
+    device = torch.device(args.device)
+    if device.type != "cuda":
+        raise SystemExit("fp8-steps times the kernels: it needs --device cuda (a CUDA GPU)")
+    bench.require_gpu()
+    out = Path(args.out) if args.out else None
+    csv_path, meta_path = fp8_steps.measure_steps(out, device)
+    meta = json.loads(meta_path.read_text())
+    print(json.dumps(meta["bitwise"]["summary"], indent=1))
+    print(f"wrote {csv_path} and {meta_path}")
+    return 0 if meta["bitwise"]["all_ok"] else 1
+
+
 def _fusion(args) -> int:
     from . import fp_fusion
 
@@ -150,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("steps", help="time every step of the port and the package kernel (GPU only)")
     p.add_argument("--out", help="CSV output (default data/port_steps_<gpu>.csv; a .json beside it)")
     p.set_defaults(fn=_steps)
+    p = sub.add_parser("fp8-steps", help="check and time every step of the fused FP8 kernel (notebook 07; GPU only)")
+    p.add_argument("--device", default="cuda", help="default cuda (the only one it times on)")
+    p.add_argument("--out", help="CSV file or folder (default data/fp8_steps_<gpu>.csv; a .json beside it)")
+    p.set_defaults(fn=_fp8_steps)
     p = sub.add_parser(
         "fusion", help="every op's bits under TRITON_DEFAULT_FP_FUSION=0 and =1, helion and torch.compile beside them"
     )

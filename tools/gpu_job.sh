@@ -14,7 +14,9 @@
 #              nvfp4_bench_<gpu>.csv, fp8_bench_<gpu>.csv, .json
 #   serving    still alone on the GPU: the timing-method test (tests marked `timing`), the serving
 #              measurements (PDL in a decode chain, host time per call) -> data/serving_<gpu>.json,
-#              and the port step by step (notebook 02) -> data/port_steps_<gpu>.csv, .json
+#              the port step by step (notebook 02) -> data/port_steps_<gpu>.csv, .json, and the
+#              fused FP8 kernel step by step (notebook 07, checked then timed, ~1 minute)
+#              -> data/fp8_steps_<gpu>.csv, .json
 #   tests      the whole test suite on the GPU
 #   sanitize   compute-sanitizer memcheck over the kernel tests, then racecheck and initcheck
 #   bitwise    port vs helion matrix -> data/bitwise_<gpu>.json; NVFP4 fused == unfused ==
@@ -109,8 +111,9 @@ if want bench || want serving; then
     run timing "${PYTEST[@]}" -rs -s -m timing tests
     run serving $PY -m inkling_workbook serving
     run steps $PY -m inkling_workbook steps
+    run fp8steps $PY -m inkling_workbook fp8-steps --device cuda
   fi
-  show bench timing serving steps
+  show bench timing serving steps fp8steps
   pack
 fi
 
