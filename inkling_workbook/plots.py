@@ -79,11 +79,29 @@ def passes_text(meta: dict) -> str:
     return f"passes interleaved across implementations ({decode} at decode, {other} otherwise{one})"
 
 
-def caption(meta: dict, l2: str = "warm and cold") -> str:
+#: the provenance footer's size: legible at the README's ~800 px (figures are 7-7.5 in at DPI 100)
+FOOTER_PT = 8
+#: colour-blind-safe (Okabe-Ito), all with contrast on white; one colour per N
+N_COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#000000", "#E69F00")
+
+
+def _ncolor(i: int):
+    return N_COLORS[i % len(N_COLORS)]
+
+
+def caption(meta: dict, l2: str = "warm and cold", width: int = 125) -> str:
     """Device, versions, date and method, wrapped to fit under a figure."""
     import textwrap
 
-    return "\n".join(textwrap.wrap(_caption(meta, l2), 170))
+    return "\n".join(textwrap.wrap(_caption(meta, l2), width))
+
+
+def _footer(fig, meta: dict, l2: str = "warm and cold") -> float:
+    """Write the provenance footer at the bottom of ``fig``; returns the height it takes (figure
+    fraction), for the layout above it."""
+    text = caption(meta, l2, width=int(fig.get_figwidth() * 72 / (FOOTER_PT * 0.56)))
+    fig.text(0.01, 0.005, text, fontsize=FOOTER_PT, color="0.25", va="bottom")
+    return (text.count("\n") + 1) * FOOTER_PT * 1.25 / 72 / fig.get_figheight() + 0.01
 
 
 def _caption(meta: dict, l2: str) -> str:
@@ -182,9 +200,8 @@ def draw_speedup(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
     """Speedup of the port (PDL off) over the two headline baselines, per layout, against M;
     warm L2 solid, cold L2 dashed, bars from the measured spreads."""
     tables = {l2: speedup_table(df, l2) for l2 in ("warm", "cold") if (df["l2"] == l2).any()}
-    fig, axes = plt.subplots(2, 2, figsize=(7.5, 5.6), sharex=True, sharey="row")
+    fig, axes = plt.subplots(2, 2, figsize=(7.5, 6.2), sharex=True, sharey="row")
     ns = sorted(tables["warm"].N.unique())
-    cmap = plt.get_cmap("viridis")
     for col, layout in enumerate(("il", "nil")):
         for row, base in enumerate(HEADLINE):
             ax = axes[row, col]
@@ -201,7 +218,7 @@ def draw_speedup(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
                     ax.errorbar(
                         dn.M, dn[f"vs_{base}"], yerr=[dn[f"vs_{base}"] - lo, hi - dn[f"vs_{base}"]],
                         marker="o" if l2 == "warm" else "x", ms=3, lw=1, capsize=1.5,
-                        ls="-" if l2 == "warm" else "--", color=cmap(i / max(1, len(ns) - 1)),
+                        ls="-" if l2 == "warm" else "--", color=_ncolor(i),
                         label=f"N={n}, {l2} L2",
                     )  # fmt: skip
                 dw = wide[(wide.layout == layout) & wide.weighted]
@@ -214,66 +231,70 @@ def draw_speedup(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
             ax.grid(alpha=0.3)
             warm = tables["warm"]
             gm = geomean(warm[warm.layout == layout][f"vs_{base}"]) if f"vs_{base}" in warm else float("nan")
-            ax.set_title(f"{_title(layout)}: vs {LABELS[base]}\n(geomean warm {gm:.2f}x)", fontsize=7.5)
+            ax.set_title(f"{_title(layout)}: vs {LABELS[base]}\n(geomean warm {gm:.2f}x)", fontsize=8.5)
             if col == 0:
-                ax.set_ylabel("speedup of the port (x)", fontsize=8)
+                ax.set_ylabel("speedup of the port (x)", fontsize=9)
             if row == 1:
-                ax.set_xlabel("M (rows = tokens x experts)", fontsize=8)
-            ax.tick_params(labelsize=7)
+                ax.set_xlabel("M (rows = tokens x experts)", fontsize=9)
+            ax.tick_params(labelsize=8)
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=6, loc="lower center", ncol=4, bbox_to_anchor=(0.5, 0.035))
-    fig.suptitle("silu_and_mul: speedup of the Triton port, warm and cold L2 (higher is better)", fontsize=10)
-    fig.text(0.01, 0.005, caption(meta), fontsize=5, color="0.3")
-    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    foot = _footer(fig, meta)
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=4, bbox_to_anchor=(0.5, foot))
+    fig.suptitle(f"{meta.get('device', '?')}: silu_and_mul, speedup of the Triton port (higher is better)", fontsize=10)
+    fig.tight_layout(rect=(0, foot + 0.5 / fig.get_figheight(), 1, 1))
     return _save(fig, out_stem)
 
 
 def draw_bandwidth(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
-    """Effective bandwidth of the port against M per N, warm and cold, with the same-pattern
-    ceilings; hollow markers where the whole working set fits in L2."""
+    """Effective bandwidth of the port against M, small multiples (one row per N, one column per
+    layout), warm and cold L2 in distinct markers, with the same-pattern ceilings and the M range
+    whose whole working set fits in L2 shaded (hollow markers there)."""
     d = df[(df["op"] == "silu_and_mul") & (df["impl"] == "triton") & (df["M"] >= 96) & ~df["weighted"]]
-    fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.6), sharex=True, sharey=True)
-    ns = sorted(d.N.unique())
-    cmap = plt.get_cmap("viridis")
+    per_n = d[d.l2 == "warm"].groupby(["N", "layout"]).M.nunique().groupby("N").min()
+    ns = sorted(per_n[per_n >= 3].index)  # the widths with an M sweep in both layouts (not the single shapes)
+    d = d[d.N.isin(ns)]
+    fig, axes = plt.subplots(len(ns), 2, figsize=(7.5, 1.9 * len(ns) + 1.6), sharex=True, sharey=True,
+                             squeeze=False)  # fmt: skip
     l2_mb = meta.get("l2_bytes", 0) / 2**20
-    for ax, layout in zip(axes, ("il", "nil")):
-        for i, n in enumerate(ns):
-            for l2, style in (("warm", "-"), ("cold", "--")):
+    style = {"warm": ("-", "o", "#0072B2"), "cold": ("--", "s", "#D55E00")}
+    for r, n in enumerate(ns):
+        m_l2 = l2_resident_max_m(d[d.N == n], meta)
+        for c, layout in enumerate(("il", "nil")):
+            ax = axes[r, c]
+            if m_l2:
+                ax.axvspan(d.M.min() / 1.5, m_l2, color="0.85", lw=0, label=f"working set fits in L2 ({l2_mb:.0f} MiB)")
+            for l2, (ls, marker, color) in style.items():
                 dn = d[(d.layout == layout) & (d.N == n) & (d.l2 == l2)].sort_values("M")
                 if dn.empty:
                     continue
-                color = cmap(i / max(1, len(ns) - 1))
-                ax.plot(dn.M, dn.tbps, ls=style, lw=1, color=color, label=f"N={n} {l2} L2")
                 lo, hi = bandwidth_spread(dn)
-                ax.errorbar(dn.M, dn.tbps, yerr=[dn.tbps - lo, hi - dn.tbps], fmt="none", ecolor=color, lw=0.8,
-                            capsize=1.5)  # fmt: skip
-                fits = dn.fits_l2.astype(bool) if "fits_l2" in dn else np.zeros(len(dn), bool)
-                ax.scatter(dn.M[~fits], dn.tbps[~fits], s=12, color=color, marker="o" if l2 == "warm" else "x")
-                ax.scatter(dn.M[fits], dn.tbps[fits], s=14, facecolors="none", edgecolors=color)
-        for i, n in enumerate(ns):  # the rows whose whole working set (bytes moved) fits in L2
-            m_l2 = l2_resident_max_m(d[d.N == n], meta)
-            if m_l2:
-                ax.axvspan(d.M.min() / 1.5, m_l2, color=cmap(i / max(1, len(ns) - 1)), alpha=0.08, lw=0)
-        for key, style in (("ceiling_49152x3072", "-."), ("ceiling_49152x768", ":")):
-            if key in meta:
-                t = meta[key]["tbps"]
-                ax.axhline(t, color="black", ls=style, lw=0.8, label=f"same-pattern ceiling {key[8:]}: {t:.2f} TB/s")
-        ax.set_xscale("log")
-        ax.set_title(_title(layout), fontsize=8)
-        ax.set_xlabel("M (rows)", fontsize=8)
-        ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=7)
-    axes[0].set_ylabel("effective bandwidth (TB/s)", fontsize=8)
-    fits_label = f"working set fits in L2 ({l2_mb:.0f} MiB): hollow marker; shaded per N"
-    axes[0].scatter([], [], s=14, facecolors="none", edgecolors="black", label=fits_label)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=5.5, loc="lower center", ncol=4, bbox_to_anchor=(0.5, 0.05))
+                ax.errorbar(dn.M, dn.tbps, yerr=[dn.tbps - lo, hi - dn.tbps], ls=ls, lw=1, color=color,
+                            capsize=1.5, label=f"{l2} L2")  # fmt: skip
+                fits = dn.fits_l2.astype(bool).to_numpy() if "fits_l2" in dn else np.zeros(len(dn), bool)
+                ax.scatter(dn.M[~fits], dn.tbps[~fits], s=16, color=color, marker=marker, zorder=3)
+                ax.scatter(dn.M[fits], dn.tbps[fits], s=18, marker=marker, facecolors="white", edgecolors=color,
+                           zorder=3)  # fmt: skip
+            for key, ls in (("ceiling_49152x3072", "-."), ("ceiling_49152x768", ":")):
+                if key in meta:
+                    t = meta[key]["tbps"]
+                    ax.axhline(t, color="black", ls=ls, lw=0.9, label=f"same-pattern ceiling {key[8:]}: {t:.2f} TB/s")
+            ax.set_xscale("log")
+            ax.grid(alpha=0.3)
+            ax.tick_params(labelsize=8)
+            ax.set_title(f"{_title(layout)}, N={n}", fontsize=8.5)
+            if c == 0:
+                ax.set_ylabel("TB/s", fontsize=9)
+            if r == len(ns) - 1:
+                ax.set_xlabel("M (rows)", fontsize=9)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    foot = _footer(fig, meta)
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=3, bbox_to_anchor=(0.5, foot))
     fig.suptitle(
-        f"{meta.get('device', '?')}: silu_and_mul, Triton port, bytes moved / median time (M >= 96; bars: spread)",
-        fontsize=9,
+        f"{meta.get('device', '?')}: silu_and_mul, Triton port, effective bandwidth = bytes moved / median time"
+        "\n(M >= 96; bars: spread; hollow: working set fits in L2)",
+        fontsize=9.5,
     )
-    fig.text(0.01, 0.005, caption(meta), fontsize=5, color="0.3")
-    fig.tight_layout(rect=(0, 0.24, 1, 1))
+    fig.tight_layout(rect=(0, foot + 0.5 / fig.get_figheight(), 1, 1))
     return _save(fig, out_stem)
 
 
@@ -282,7 +303,7 @@ def draw_decode(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
     the empty-kernel floor."""
     d = df[(df["op"] == "silu_and_mul") & (df["l2"] == "warm") & (df["M"] <= 16) & (df["group"] == "decode")]
     ns = sorted(d.N.unique())
-    fig, axes = plt.subplots(2, len(ns), figsize=(7.5, 4.6), sharex=True, sharey=True, squeeze=False)
+    fig, axes = plt.subplots(2, len(ns), figsize=(7.5, 5.4), sharex=True, sharey=True, squeeze=False)
     impls = [i for i in ("triton", "triton_pdl", "compile_static", "helion_fixed", "helion_sm90") if i in set(d.impl)]
     for r, layout in enumerate(("il", "nil")):
         for c, n in enumerate(ns):
@@ -295,46 +316,47 @@ def draw_decode(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
                 )  # fmt: skip
             if "empty_kernel_us" in meta:
                 ax.axhline(meta["empty_kernel_us"], color="black", ls=":", lw=0.8, label="empty Triton kernel")
-            ax.set_title(f"{_title(layout)}, N={n}", fontsize=7.5)
+            ax.set_title(f"{_title(layout)}, N={n}", fontsize=8.5)
             ax.set_xscale("log", base=2)
             ax.grid(alpha=0.3)
-            ax.tick_params(labelsize=7)
+            ax.tick_params(labelsize=8)
             if c == 0:
-                ax.set_ylabel("us per call", fontsize=8)
+                ax.set_ylabel("us per call", fontsize=9)
             if r == 1:
-                ax.set_xlabel("M (rows)", fontsize=8)
+                ax.set_xlabel("M (rows)", fontsize=9)
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=6, loc="lower center", ncol=3, bbox_to_anchor=(0.5, 0.04))
+    foot = _footer(fig, meta, "warm")
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=3, bbox_to_anchor=(0.5, foot))
     fig.suptitle(
         f"{meta.get('device', '?')}: silu_and_mul at decode sizes, median us per call, back to back, warm L2",
         fontsize=9,
     )
-    fig.text(0.01, 0.005, caption(meta, "warm"), fontsize=5, color="0.3")
-    fig.tight_layout(rect=(0, 0.16, 1, 1))
+    fig.tight_layout(rect=(0, foot + 0.5 / fig.get_figheight(), 1, 1))
     return _save(fig, out_stem)
 
 
 def draw_nvfp4(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
     wide = df.pivot_table(index=["M", "N"], columns="impl", values="median_us").reset_index()
     wide = wide.sort_values(["N", "M"]).reset_index(drop=True)
-    fig, ax = plt.subplots(figsize=(7.0, 3.4))
+    fig, ax = plt.subplots(figsize=(7.5, 4.4))
     x = np.arange(len(wide))
     impls = [i for i in ("fused", "unfused", "compile_static", "torch_eager") if i in wide]
     w = 0.8 / len(impls)
     for i, impl in enumerate(impls):
         ax.bar(x + (i - (len(impls) - 1) / 2) * w, wide[impl], width=w, label=LABELS[impl], color=COLORS[impl])
     for xi, r in zip(x, wide.itertuples()):
-        ax.text(xi, r.unfused * 1.25, f"{r.unfused / r.fused:.2f}x", ha="center", fontsize=7)
+        ax.text(xi, r.unfused * 1.25, f"{r.unfused / r.fused:.2f}x", ha="center", fontsize=8)
     ax.set_yscale("log")
-    ax.set_xticks(x, [f"M={int(r.M)}\nN={int(r.N)}" for r in wide.itertuples()], fontsize=7)
-    ax.set_ylabel("median time per call (us, log)")
+    ax.set_xticks(x, [f"M={int(r.M)}\nN={int(r.N)}" for r in wide.itertuples()], fontsize=8)
+    ax.tick_params(axis="y", labelsize=8)
+    ax.set_ylabel("median time per call (us, log)", fontsize=9)
     ax.set_title(
         f"{meta.get('device', '?')}: SiLU-and-mul + NVFP4 quant, 8 experts, warm L2 (label: unfused / fused)",
         fontsize=9,
     )
-    ax.legend(fontsize=6.5)
-    fig.text(0.01, 0.005, caption(meta, "warm"), fontsize=5, color="0.3")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    foot = _footer(fig, meta, "warm")
+    fig.legend(*ax.get_legend_handles_labels(), fontsize=8, loc="lower center", ncol=2, bbox_to_anchor=(0.5, foot))
+    fig.tight_layout(rect=(0, foot + 0.5 / fig.get_figheight(), 1, 1))
     return _save(fig, out_stem)
 
 
@@ -354,22 +376,26 @@ def draw_fp8(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
     d = _fp8_plain(df)
     wide = d.pivot_table(index=["N", "M", "layout"], columns="impl", values="median_us").reset_index()
     wide = wide.sort_values(["layout", "N", "M"]).reset_index(drop=True)
-    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
     x = np.arange(len(wide))
     impls = [i for i in ("fused", "fused_no_pdl", "unfused", "torch_compile_static") if i in wide]
     w = 0.8 / len(impls)
     for i, impl in enumerate(impls):
         ax.bar(x + (i - (len(impls) - 1) / 2) * w, wide[impl], width=w, label=LABELS[impl], color=COLORS[impl])
     for xi, r in zip(x, wide.itertuples()):
-        ax.text(xi, max(r.unfused, r.fused) * 1.3, f"{r.unfused / r.fused:.2f}x", ha="center", fontsize=6)
+        ax.text(xi, max(r.unfused, r.fused) * 1.3, f"{r.unfused / r.fused:.2f}x", ha="center", fontsize=7)
     ax.set_yscale("log")
-    ax.set_xticks(x, [f"{int(r.M)}\n{int(r.N)}\n{r.layout}" for r in wide.itertuples()], fontsize=6)
+    ax.set_xticks(x, [f"{int(r.M)}\n{int(r.N)}\n{r.layout}" for r in wide.itertuples()], fontsize=7)
     ax.set_xlabel("M, N, layout (row-major fp32 scales, group 128)", fontsize=8)
     ax.set_ylabel("median time per call (us, log)", fontsize=8)
-    ax.set_title("SiLU-and-mul + FP8 per-token-group quant, warm L2 (label: unfused / fused)", fontsize=9)
-    ax.legend(fontsize=6.5)
-    fig.text(0.01, 0.005, caption(meta, "warm"), fontsize=5, color="0.3")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    ax.set_title(
+        f"{meta.get('device', '?')}: SiLU-and-mul + FP8 per-token-group quant, warm L2 (label: unfused / fused)",
+        fontsize=9,
+    )
+    ax.tick_params(axis="y", labelsize=8)
+    foot = _footer(fig, meta, "warm")
+    fig.legend(*ax.get_legend_handles_labels(), fontsize=8, loc="lower center", ncol=2, bbox_to_anchor=(0.5, foot))
+    fig.tight_layout(rect=(0, foot + 0.5 / fig.get_figheight(), 1, 1))
     return _save(fig, out_stem)
 
 
@@ -971,9 +997,19 @@ def draw_tile_sweep(tune: pd.DataFrame, meta: dict, out_stem: Path, dpi: int | N
         hit = g[g.config == now]
         ax.scatter([i] * len(hit), hit.median_us / best, s=110, facecolors="none", edgecolors="#1F77B4", zorder=3)
         w = " +w" if weighted else ""
-        labels.append(f"{M}x{N}\n{layout}{w}\nbest {best:.2f} us\nnow {cfg.BLOCK_M}x{cfg.BLOCK_N}/{cfg.num_warps}w")
-    ax.set_xticks(range(len(labels)), labels, fontsize=7)
-    ax.set_ylim(bottom=0.95)
+        labels.append(f"{M}x{N}\n{layout}{w}\n{best:.2f} us\n{cfg.BLOCK_M}x{cfg.BLOCK_N}/{cfg.num_warps}w")
+    ax.set_xticks(range(len(labels)), labels, fontsize=8)
+    # the axis fits the bulk of the data: the few tiles beyond CLIP are drawn at the top edge, named
+    ratios = [(i, g.median_us / g.median_us.min()) for i, (_, g) in enumerate(groups)]
+    clip = 1.8
+    top = min(clip, max(float(r.max()) for _, r in ratios))
+    ax.set_ylim(0.97, top + 0.05 * (top - 0.97))
+    for i, r in ratios:
+        over = r[r > clip]
+        if len(over):
+            ax.scatter([i], [top], marker="^", s=40, color="#555555", zorder=5, clip_on=False)
+            ax.annotate(f"{len(over)} off scale\n(up to {over.max():.2f}x)", (i, top), textcoords="offset points",
+                        xytext=(8, -22), fontsize=8, color="#333333")  # fmt: skip
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_ylabel("time per call / fastest tile of the sweep")
     ax.set_xlabel("shape (M x N, layout), the sweep's fastest time, the current heuristic's tile")
@@ -987,10 +1023,12 @@ def draw_tile_sweep(tune: pd.DataFrame, meta: dict, out_stem: Path, dpi: int | N
         Line2D([], [], ls="", marker="x", color="#D62728", label="the heuristic as it ran in the sweep"),
         Line2D([], [], ls="", marker="o", mfc="none", mec="#1F77B4", ms=10, label="the current launch_config tile"),
     ]
-    ax.legend(handles=handles, fontsize=8, loc="upper left")
+    ax.legend(handles=handles, fontsize=9, loc="lower center", ncol=3, bbox_to_anchor=(0.5, 1.0))
     versions = f"torch {meta.get('torch')}, triton {meta.get('triton')}, driver {meta.get('driver')}"
     ax.set_title(
-        f"Tile sweep vs launch heuristic, {meta.get('device')} ({versions}); warm L2, CUDA-graph median", fontsize=9
+        f"Tile sweep vs launch heuristic, {meta.get('device')} ({versions}); warm L2, CUDA-graph median",
+        fontsize=10,
+        pad=28,
     )
     fig.tight_layout()
     if dpi is None:
@@ -1090,8 +1128,7 @@ def draw_nvfp4_floors(
     (the PTX record's NVFP4 kernel, else ``instr_per_element`` with its source), at the record's
     SM count and its clock after the sweep."""
     f = nv[nv.impl == "fused"].sort_values(["N", "M"])
-    fig, ax = plt.subplots(figsize=(7.0, 3.8))
-    cmap = plt.get_cmap("viridis")
+    fig, ax = plt.subplots(figsize=(7.5, 5.0))
     ns = sorted(f.N.unique())
     rec = nvfp4_kernel_record(ptx)
     if rec is not None and "instructions_per_element" in rec:
@@ -1100,7 +1137,7 @@ def draw_nvfp4_floors(
     issue = instr_per_element is not None and clock is not None and sms is not None
     for i, n in enumerate(ns):
         d = f[f.N == n]
-        c = cmap(i / max(1, len(ns) - 1))
+        c = _ncolor(i)
         ax.errorbar(
             d.M, d.median_us, yerr=[d.median_us - d.lo_us, d.hi_us - d.median_us], marker="o", ms=3, lw=1,
             capsize=2, color=c, label=f"fused, N={n}",
@@ -1114,7 +1151,7 @@ def draw_nvfp4_floors(
         last = d.iloc[-1]
         ax.annotate(
             f"{100 * last.fused_floor_us / last.median_us:.0f}% of byte floor", (last.M, last.median_us),
-            textcoords="offset points", xytext=(-90, 8), fontsize=6.5, color=c,
+            textcoords="offset points", xytext=(-110, 8), fontsize=8, color=c,
         )  # fmt: skip
     if issue:
         note = (
@@ -1126,17 +1163,18 @@ def draw_nvfp4_floors(
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_ylim(float(f.fused_floor_us.min()) / 2, float(f.median_us.max()) * 3)
-    ax.set_xlabel("M (rows, 8 experts)", fontsize=8)
-    ax.set_ylabel("us per call (log)", fontsize=8)
+    ax.set_xlabel("M (rows, 8 experts)", fontsize=9)
+    ax.set_ylabel("us per call (log)", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.tick_params(labelsize=7)
-    ax.legend(fontsize=6.5, ncol=2)
+    ax.tick_params(labelsize=8)
     ax.set_title(
         f"{meta.get('device', '?')}: fused SiLU-and-mul + NVFP4 against its byte and issue floors, warm L2\n{note}",
-        fontsize=8,
+        fontsize=8.5,
     )
-    fig.text(0.01, 0.005, caption(meta, "warm"), fontsize=5, color="0.3")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    foot = _footer(fig, meta, "warm")
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=len(ns), bbox_to_anchor=(0.5, foot))
+    fig.tight_layout(rect=(0, foot + 0.65 / fig.get_figheight(), 1, 1))
     return _save(fig, out_stem)
 
 
