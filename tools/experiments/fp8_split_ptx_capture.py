@@ -1,10 +1,22 @@
-"""Capture every compiled launch configuration of _fp8_group_kernel (sm_90, sm_89) plus fp_fusion's
-interpreter launches; compile to PTX; write hashes (raw and normalized)."""
-import hashlib, json, re, sys, importlib
+"""Capture every compiled launch configuration of _fp8_group_kernel (sm_90, sm_89: the real launch
+planner with ``_launch_kernel`` recorded and the device queries stubbed) plus fp_fusion's interpreter
+launches of every kernel; compile each to PTX on the CPU and write its hash, raw and with line info
+normalized. Run before and after a refactor, in two checkouts, and compare the JSON files
+(``data/experiments/fp8_split_ptx_sm90.json``).
+
+    PYTHONPATH=CHECKOUT python tools/experiments/fp8_split_ptx_capture.py OUT_JSON
+"""
+
+import hashlib
+import importlib
+import json
+import sys
+
 import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+
 import inkling_kernels as ik
 from inkling_kernels import _backend
 from inkling_workbook import fp_fusion
@@ -16,6 +28,7 @@ except ImportError:
 
 _OPTIONS = fp_fusion._OPTIONS
 _PTR = fp_fusion._PTR
+
 
 def compile_for(fn, args, kwargs, cap):
     names = list(fn.arg_names)
@@ -33,27 +46,37 @@ def compile_for(fn, args, kwargs, cap):
             continue
         signature[name], constants[name] = "constexpr", value
     options = {k: kwargs[k] for k in _OPTIONS if k in kwargs}
-    return triton.compile(ASTSource(fn, signature, constants), target=GPUTarget("cuda", cap, 32), options=options).asm["ptx"]
+    return triton.compile(ASTSource(fn, signature, constants), target=GPUTarget("cuda", cap, 32), options=options).asm[
+        "ptx"
+    ]
+
 
 def normalize(ptx):
     ptx = ptx.split(".section\t.debug")[0].split(".section .debug")[0]
-    lines = [l for l in ptx.splitlines() if not l.strip().startswith((".loc", ".file", "$L__", "//"))]
+    lines = [ln for ln in ptx.splitlines() if not ln.strip().startswith((".loc", ".file", "$L__", "//"))]
     return "\n".join(lines)
+
 
 def h(s):
     return hashlib.sha256(s.encode()).hexdigest()[:16]
 
+
 def compiled_fp8_launches(cap, sms):
     seen = {}
-    saved = (_backend.uses_interpreter, _backend.cuda_index, _backend.capability, _backend.sm_count,
-             L._launch_kernel, L._programs_an_sm)
+    saved = (
+        _backend.uses_interpreter,
+        _backend.cuda_index,
+        _backend.capability,
+        _backend.sm_count,
+        L._launch_kernel,
+        L._programs_an_sm,
+    )
     cur = {}
+
     def record(grid, device, interpreted, args, consts):
-        sig = tuple((a.dtype if isinstance(a, torch.Tensor) else ("i64" if not -(2**31) <= a < 2**31 else "i32")) for a in args)
-        # canonical description (names independent): sorted constexpr items
-        key = cur["name"]
-        seen.setdefault(key, (args, dict(consts)))
+        seen.setdefault(cur["name"], (args, dict(consts)))
         return None
+
     _backend.uses_interpreter = lambda d: False
     _backend.cuda_index = lambda d: 0
     _backend.capability = lambda i: cap
@@ -75,15 +98,22 @@ def compiled_fp8_launches(cap, sms):
                                 for wt in (False, True):
                                     if il == "il-odd":
                                         big = torch.randn(M, 2 * N + 2, generator=g).to(dt)
-                                        gu = big[:, 1:1 + 2 * N]
+                                        gu = big[:, 1 : 1 + 2 * N]
                                     else:
                                         gu = torch.randn(M, 2 * N, generator=g).to(dt)
                                     w = torch.rand(M, generator=g) if wt else None
                                     cur["name"] = f"fused {il} {dt} M={M} N={N} g={gs} w={wt} ue8m0={ue} col={col}"
-                                    ik.silu_and_mul_fp8_group_quant(gu, w, interleaved=il != "nil", group_size=gs,
-                                        scale_ue8m0=ue, column_major_scales=col, enable_pdl=None)
+                                    ik.silu_and_mul_fp8_group_quant(
+                                        gu,
+                                        w,
+                                        interleaved=il != "nil",
+                                        group_size=gs,
+                                        scale_ue8m0=ue,
+                                        column_major_scales=col,
+                                        enable_pdl=None,
+                                    )
             # masked 3-D: decode-sized and prefill-sized experts, work list or slots
-            for (E, T) in ((4, 8), (4, 100)):
+            for E, T in ((4, 8), (4, 100)):
                 for col in (False, True):
                     for wl_sms in (132, 1):
                         _backend.sm_count = lambda i, s=wl_sms: s
@@ -91,17 +121,25 @@ def compiled_fp8_launches(cap, sms):
                             gu = torch.randn(E, T, 2048, generator=g).to(dt)
                             mm = torch.tensor([0, 3, T, 1][:E], dtype=torch.int32)
                             cur["name"] = f"masked {dt} E={E} T={T} il={il} col={col} sms={wl_sms}"
-                            ik.silu_and_mul_fp8_group_quant(gu, interleaved=il, masked_m=mm, column_major_scales=col,
-                                                            enable_pdl=None)
+                            ik.silu_and_mul_fp8_group_quant(
+                                gu, interleaved=il, masked_m=mm, column_major_scales=col, enable_pdl=None
+                            )
                         _backend.sm_count = lambda i: sms
         # pdl off once
         x = torch.randn(1, 1024, generator=g).bfloat16()
         cur["name"] = "quant bf16 M=1 pdl=off"
         ik.fp8_group_quant(x, 128, enable_pdl=False)
     finally:
-        (_backend.uses_interpreter, _backend.cuda_index, _backend.capability, _backend.sm_count,
-         L._launch_kernel, L._programs_an_sm) = saved
+        (
+            _backend.uses_interpreter,
+            _backend.cuda_index,
+            _backend.capability,
+            _backend.sm_count,
+            L._launch_kernel,
+            L._programs_an_sm,
+        ) = saved
     return seen
+
 
 def main(out):
     doc = {}
@@ -111,16 +149,28 @@ def main(out):
         # dedupe compiles by (signature, consts)
         cache = {}
         for name, (args, consts) in launches.items():
-            k = (tuple(str(a.dtype) if isinstance(a, torch.Tensor) else "i" for a in args), tuple(sorted(consts.items())))
+            k = (
+                tuple(str(a.dtype) if isinstance(a, torch.Tensor) else "i" for a in args),
+                tuple(sorted(consts.items())),
+            )
             if k not in cache:
                 ptx = compile_for(kernel, args, consts, cap)
                 cache[k] = (h(ptx), h(normalize(ptx)))
-            doc[f"{label} {name}"] = {"raw": cache[k][0], "norm": cache[k][1], "consts": {kk: v for kk, v in consts.items()}}
+            doc[f"{label} {name}"] = {
+                "raw": cache[k][0],
+                "norm": cache[k][1],
+                "consts": {kk: v for kk, v in consts.items()},
+            }
         print(label, len(launches), "launches", len(cache), "distinct", file=sys.stderr, flush=True)
     for i, (fn, args, kwargs) in enumerate(fp_fusion.captured_launches()):
         ptx = fp_fusion.compile_sm90(fn, args, kwargs).asm["ptx"]
-        doc[f"interp {i} {fn.fn.__name__}"] = {"raw": h(ptx), "norm": h(normalize(ptx)), "consts": {k: v for k, v in kwargs.items() if not isinstance(v, torch.Tensor)}}
+        doc[f"interp {i} {fn.fn.__name__}"] = {
+            "raw": h(ptx),
+            "norm": h(normalize(ptx)),
+            "consts": {k: v for k, v in kwargs.items() if not isinstance(v, torch.Tensor)},
+        }
     json.dump(doc, open(out, "w"), indent=1, default=str)
+
 
 if __name__ == "__main__":
     main(sys.argv[1])
