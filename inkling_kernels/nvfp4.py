@@ -20,14 +20,13 @@ import triton
 import triton.language as tl
 
 from . import _backend
+from ._nvfp4_checks import _check_fused_args, _check_global_scale, _check_values
 from ._validate import (
-    ACT_DTYPES_FP4,
     FLOAT_DTYPES,
     check_no_grad,
     check_no_overlaps,
     check_offsets,
     check_row_major,
-    check_same_device,
     check_tensor,
 )
 from .reference import NVFP4_BLOCK
@@ -73,21 +72,6 @@ def _e2m1_code(t):
     normal = tl.minimum(((a_bits + 0x1FFFFF + ((a_bits >> 22) & 1)) >> 22) - 252, 7)
     small = ((a_bits.to(tl.float32, bitcast=True) * 2.0 + 8388608.0).to(tl.int32, bitcast=True)) - 0x4B000000
     return tl.where(a_bits >= 0x3F800000, normal, small) | sign
-
-
-@triton.jit
-def e4m3_encode_kernel(s_ptr, byte_ptr, value_ptr, n, BLOCK: tl.constexpr):
-    """Exposes ``_e4m3_round`` (plus the clamp of the formula) for the exhaustive format tests."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    s = tl.load(s_ptr + offs, mask=mask, other=0.0)
-    is_nan = s != s
-    s = tl.where(is_nan, 0.0, tl.minimum(tl.maximum(s, 0.0), 448.0))
-    byte, value = _e4m3_round(s)
-    byte = tl.where(is_nan, 0x7F, byte)
-    value = tl.where(is_nan, float("nan"), value)
-    tl.store(byte_ptr + offs, byte.to(tl.uint8), mask=mask)
-    tl.store(value_ptr + offs, value, mask=mask)
 
 
 @triton.jit
@@ -289,54 +273,6 @@ def default_blockscale_offsets(expert_offsets: torch.Tensor) -> torch.Tensor:
     out = torch.zeros(expert_offsets.shape[0], dtype=torch.int64, device=expert_offsets.device)
     torch.cumsum((counts + 127) // 128 * 128, 0, out=out[1:])
     return out
-
-
-def _check_global_scale(global_scale, E: int, device) -> torch.Tensor:
-    check_tensor("global_scale", global_scale, dtypes=(torch.float32,))
-    if global_scale.numel() != E:
-        raise ValueError(
-            f"global_scale must hold one fp32 value per expert ({E}), got shape {tuple(global_scale.shape)}"
-        )
-    if global_scale.device != device:
-        raise ValueError(f"global_scale is on {global_scale.device}, expected {device}")
-    if global_scale.dim() == 1 and global_scale.is_contiguous():
-        return global_scale  # the common case, without two dispatcher calls
-    return global_scale.reshape(E).contiguous()
-
-
-def _check_values(global_scale, expert_offsets, blockscale_offsets, M: int, swizzle: bool, scale_rows) -> int:
-    """The value checks of device-resident arguments: one host read (a synchronization).
-    Returns the scale rows the offsets need (``blockscale_offsets[-1]``, or M when linear)."""
-    gs = global_scale.detach().cpu()
-    if not bool(torch.isfinite(gs).all()) or bool((gs < 0).any()):
-        raise ValueError(f"global_scale must be finite and >= 0, got {gs.tolist()[:8]}")
-    eo = expert_offsets.cpu().long()
-    if int(eo[0]) != 0:
-        raise ValueError(f"expert_offsets must start at 0, got {int(eo[0])}")
-    if bool((eo[1:] < eo[:-1]).any()):
-        raise ValueError("expert_offsets must be non-decreasing")
-    if int(eo[-1]) != M:
-        raise ValueError(f"expert_offsets must end at M={M}, got {int(eo[-1])}")
-    if not swizzle:
-        return M
-    bo = blockscale_offsets.cpu().long()
-    if int(bo[0]) != 0:
-        raise ValueError(f"blockscale_offsets must start at 0, got {int(bo[0])}")
-    if bool((bo % 128 != 0).any()):
-        raise ValueError("blockscale_offsets must be multiples of 128 (each expert's scale rows are padded to 128)")
-    counts = eo[1:] - eo[:-1]
-    room = bo[1:] - bo[:-1]
-    if bool((room < counts).any()):
-        bad = int(torch.nonzero(room < counts)[0])
-        raise ValueError(
-            f"blockscale_offsets inconsistent with expert_offsets: expert {bad} has {int(counts[bad])} rows "
-            f"but {int(room[bad])} scale rows"
-        )
-    if scale_rows is not None and int(bo[-1]) > scale_rows:
-        raise ValueError(
-            f"blockscale_offsets end at {int(bo[-1])} scale rows but the scales output has {scale_rows} rows"
-        )
-    return int(bo[-1])
 
 
 def _launch_quant(
@@ -566,24 +502,6 @@ def _nvfp4_quant_eager(
     )  # fmt: skip
 
 
-def _check_fused_args(gateup, interleaved, topk_weights) -> int:
-    check_tensor("gateup", gateup, ndim=2, dtypes=ACT_DTYPES_FP4)
-    check_row_major("gateup", gateup)
-    if not isinstance(interleaved, bool):
-        raise TypeError(f"interleaved must be a bool, got {type(interleaved).__name__}")
-    if gateup.shape[1] % 2:
-        raise ValueError(f"gateup's last dimension must be even, got {gateup.shape[1]}")
-    N = gateup.shape[1] // 2
-    if N == 0 or N % NVFP4_BLOCK:
-        raise ValueError(f"gateup's last dimension must be 2N with N a positive multiple of {NVFP4_BLOCK}, got {2 * N}")
-    if topk_weights is not None:
-        check_tensor("topk_weights", topk_weights, ndim=1, dtypes=FLOAT_DTYPES)
-        check_same_device("gateup", gateup, "topk_weights", topk_weights)
-        if topk_weights.shape[0] != gateup.shape[0]:
-            raise ValueError(f"topk_weights must have shape ({gateup.shape[0]},), got {tuple(topk_weights.shape)}")
-    return N
-
-
 def silu_and_mul_nvfp4_quant(
     gateup: torch.Tensor,
     global_scale: torch.Tensor,
@@ -643,25 +561,3 @@ def _fused_eager(
         gateup, act, N, global_scale, expert_offsets, blockscale_offsets, topk_weights, swizzle, out, validate,
         config, scale_rows, enable_pdl,
     )  # fmt: skip
-
-
-def e4m3_encode(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The kernels' fp32 -> e4m3 rounding (after the clamp to [0, 448]) on any fp32 tensor:
-    returns (bytes uint8, values fp32). Used to check the kernels' rounding against torch."""
-    check_tensor("s", s, dtypes=(torch.float32,))
-    flat = s.contiguous().reshape(-1)
-    byte = torch.empty(flat.shape, dtype=torch.uint8, device=s.device)
-    value = torch.empty(flat.shape, dtype=torch.float32, device=s.device)
-    if flat.numel():
-        block = 1024
-        _backend.launch(
-            e4m3_encode_kernel,
-            (triton.cdiv(flat.numel(), block),),
-            s.device,
-            flat,
-            byte,
-            value,
-            flat.numel(),
-            BLOCK=block,
-        )
-    return byte.reshape(s.shape), value.reshape(s.shape)

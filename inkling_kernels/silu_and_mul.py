@@ -58,10 +58,10 @@ def _silu_mul(gate, up, FTZ_EXP: tl.constexpr = 0):
     ``tl.sigmoid``'s ``1 / (1 + exp(-g))`` in fewer instructions with the same bits for every fp32
     ``g`` (``sigmoid_paths_mismatches`` checks all 2**32 on the GPU, each level against 0):
 
-    - 1 (experiment F): the exponential flushes subnormal results to zero (one MUFU.EX2, not
+    - 1 (other sm_89+ GPUs): the exponential flushes subnormal results to zero (one MUFU.EX2, not
       Triton's ``exp`` with its subnormal fix-up): the results that differ are below 2**-126,
       where ``1 + e`` rounds to 1.0 either way. Four instructions fewer an element.
-    - 2 (experiment AC, launched on sm_90, where it is proved): that, and ``1 / b``
+    - 2 (sm_90, where it is proved): that, and ``1 / b``
       (``b = 1 + e``, PTX's ``div.full.f32``: MUFU.RCP of ``b``, except past 2**126 where ``b``
       and the quotient are scaled by 1/4 first, a compare, a select and two multiplies) always
       scaled: ``rcp(fma(e, 1/4, 1/4)) / 4``.
@@ -212,11 +212,11 @@ def launch_config(M: int, N: int) -> LaunchConfig:
       mask) and 256 columns a program with 4 warps, so even one token's row is spread over N/256
       programs. The call is latency-bound; smaller pieces finish sooner. From 24576 outputs
       (M * N, e.g. M = 8 at N = 3072, M = 16 at N = 1536) and N >= 1024: 1024 columns with 8
-      warps, which experiment B measured 4-11% faster with PDL at M = 8-16, N >= 1536 (and a tie
+      warps, measured 4-11% faster with PDL at M = 8-16, N >= 1536 (and a tie
       without PDL) on the H200 (``data/experiments/experiment_b_h200.json``).
     * Mid-size (64 < M <= 1024): still one row a program, with the widest power-of-two tile up
       to 1024 that divides N (no column mask). When none from 128 up does and N > 1024 (N = 2880):
-      1024 columns with a column mask and 8 warps, which experiment D measured at 1.99 us for
+      1024 columns with a column mask and 8 warps, measured at 1.99 us for
       333 x 2880 against 3.45 us for 256-column tiles (four times the programs), and 2.16 against
       5.76 us with PDL (``data/experiments/experiment_d_h200.json``).
     * Prefill (M > 1024): the same ``BLOCK_N`` and enough rows for about 2048 outputs (16 KB of

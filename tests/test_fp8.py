@@ -11,8 +11,7 @@ from conftest import DEVICE, HAS_CUDA, gpu_only, randn
 
 import inkling_kernels as ik
 from inkling_kernels import LaunchConfig, fp8_group_quant, silu_and_mul, silu_and_mul_fp8_group_quant
-from inkling_kernels import fp8 as fp8_mod
-from inkling_kernels.fp8 import e4m3_signed_encode
+from inkling_kernels import _fp8_launch as fp8_mod
 from inkling_kernels.reference import (
     FLT_MAX,
     FP8_GROUP_FORMULA,
@@ -21,6 +20,7 @@ from inkling_kernels.reference import (
     fp8_group_dequant_ref,
     fp8_group_quant_ref,
 )
+from inkling_workbook.fp8_proofs import e4m3_signed_encode
 
 F8 = torch.float8_e4m3fn
 POISON_Q = 0xFF  # a NaN byte the kernels never write (their NaN is 0x7F)
@@ -98,7 +98,7 @@ def test_e4m3_rounding_every_fp32_up_to_448_interpreted():
     import triton
 
     from inkling_kernels import _backend
-    from inkling_kernels.fp8 import e4m3_signed_encode_kernel
+    from inkling_workbook.fp8_proofs import e4m3_signed_encode_kernel
 
     chunk, block = 1 << 24, 1 << 20
     for start in range(0, 0x43E00001, chunk):
@@ -289,7 +289,7 @@ def test_interleaved_strided_and_offset_inputs(view, gen, device):
     strides: contiguous or rows padded by two elements) and views that must fall back to the bf16
     load (an odd row or expert stride, a start one element in): kernel == reference on raw bits
     either way, 3-D and 2-D, and the path taken is the one the alignment allows."""
-    from inkling_kernels.fp8 import _pair_words
+    from inkling_kernels._fp8_launch import _pair_words
 
     N, E, T = 256, 2, 5
     width = {"contiguous": 2 * N, "odd_row_stride": 2 * N + 1}.get(view, 2 * N + 2)
@@ -432,7 +432,7 @@ def test_masked_work_list_over_tiles_and_grids(gen, device, monkeypatch, tile, p
     there are tiles) gives the unfused bits on the rows present, the zero padding of a column-major
     buffer (T = 7 pads to 8) and the poison everywhere else; counts above T, negative and zero
     included, over E = 5 experts (the counts vector padded to 8)."""
-    from inkling_kernels import fp8 as fp8_mod
+    from inkling_kernels import _fp8_launch as fp8_mod
 
     E, T, N, mm = 5, 7, 256, [0, 3, 7, 12, -2]
     block_m, block_g = tile
@@ -474,7 +474,7 @@ def test_masked_work_list_with_weights_and_layouts(gen, device, monkeypatch, til
     on the rows present, the poison everywhere else; counts above T, negative and zero included.
     Both lookups of an item: one reduction over packed words (``_pack_bits``, taken whenever they
     fit) and the four reductions taken when they don't."""
-    from inkling_kernels import fp8 as fp8_mod
+    from inkling_kernels import _fp8_launch as fp8_mod
 
     if not packed:
         monkeypatch.setattr(fp8_mod, "_pack_bits", lambda *a: {"PACK_E_BITS": 0, "PACK_CNT_BITS": 0})
@@ -528,7 +528,7 @@ def test_work_list_pack_bits():
     (at least one), the rows present in those of T, the first item above them; taken while the
     three fit in 31 bits (a non-negative int32), else the four-reduction lookup (0, 0); never
     outside the work list."""
-    from inkling_kernels.fp8 import _pack_bits
+    from inkling_kernels._fp8_launch import _pack_bits
 
     assert _pack_bits(True, 8, 256, 256, 2, 3) == {"PACK_E_BITS": 3, "PACK_CNT_BITS": 9}  # + 12 bits of items
     assert _pack_bits(True, 1, 1, 4, 1, 1) == {"PACK_E_BITS": 1, "PACK_CNT_BITS": 1}
@@ -549,7 +549,7 @@ def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
     them: experiment H), on a grid of what the GPU holds at once; otherwise one program per slot,
     grid (slots, E)."""
     from inkling_kernels import _backend
-    from inkling_kernels import fp8 as fp8_mod
+    from inkling_kernels import _fp8_launch as fp8_mod
 
     for G, group in ((12, 128), (24, 128), (48, 64), (8, 16)):
         bm, bg, warps = fp8_mod._launch_config(16, G, group, False)
@@ -564,7 +564,7 @@ def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
         "_kernel_flags",
         lambda device, dtype, interpreted: {
             "HW": True,
-            "DIV": 2,
+            "SPLIT_DIV": True,
             "FTZ_EXP": True,
             "BF16_BITS": True,
             "FAST_SCALE": True,
@@ -623,7 +623,7 @@ def test_fp8_launch_key_covers_every_constexpr_and_specialization(monkeypatch):
     constexpr of the kernel in its order, and what Triton specializes on of each runtime argument;
     a change to any of them is a new key (a new compiled program), nothing else is."""
     from inkling_kernels import _backend
-    from inkling_kernels import fp8 as fp8_mod
+    from inkling_kernels import _fp8_launch as fp8_mod
 
     assert fp8_mod._CONSTEXPRS == tuple(p.name for p in fp8_mod._fp8_group_kernel.params if p.is_constexpr)
     consts = {name: i for i, name in enumerate(fp8_mod._CONSTEXPRS)} | {"num_warps": 4, "launch_pdl": True}
@@ -654,7 +654,7 @@ def test_fp8_launch_key_covers_every_constexpr_and_specialization(monkeypatch):
     monkeypatch.setattr(_backend, "uses_interpreter", lambda device: False)
     monkeypatch.setattr(fp8_mod, "_resident_programs", lambda device, interpreted: 4)  # the work list
     monkeypatch.setattr(fp8_mod, "_programs_an_sm", lambda *a: 10)
-    flags = dict.fromkeys(("HW", "FTZ_EXP", "BF16_BITS", "FAST_SCALE", "WARP_REDUX", "SCALE_ASM"), False) | {"DIV": 0}
+    flags = dict.fromkeys(("HW", "FTZ_EXP", "BF16_BITS", "FAST_SCALE", "WARP_REDUX", "SCALE_ASM", "SPLIT_DIV"), False)
     monkeypatch.setattr(fp8_mod, "_kernel_flags", lambda *a: dict(flags))
     for pdl in (False, True):
         gateup, counts = torch.randn(2, 9, 512).bfloat16(), torch.tensor([9, 1], dtype=torch.int32)
@@ -684,7 +684,7 @@ def test_gpu_thin_launch_path_equals_tritons(gen):
     first call; its launches (2-D grids of tiles x experts included) write the same bits as the
     same calls through ``kernel[grid]`` (forced by a Triton launch hook), and as the unfused pair."""
     from inkling_kernels import _backend
-    from inkling_kernels import fp8 as fp8_mod
+    from inkling_kernels import _fp8_launch as fp8_mod
 
     E, T, N = 4, 40, 768
     gateup = randn((E, T, 2 * N), torch.bfloat16, gen, "cuda")
@@ -723,7 +723,7 @@ def test_occupancy_of_a_program():
     """Programs an SM holds (``_occupancy``, the work list's grid) on an H200's limits (65,536
     registers, 2,048 threads, 228 KB of shared memory an SM): registers allocated 256 a warp, 1 KB
     of shared memory reserved a program, at most 32 programs."""
-    from inkling_kernels.fp8 import _occupancy
+    from inkling_kernels._fp8_launch import _occupancy
 
     h200 = (65536, 2048, 228 * 1024)
     # 4-warp programs: the work list's 48 registers hold 10, the slot program's 40 hold 12 (both
@@ -744,7 +744,7 @@ def test_gpu_work_list_packed_at_its_31_bit_limit(gen, monkeypatch):
     sets the top bit of its field) and one bit past it (N = 768: 2 + 13 + 17, the four-reduction
     lookup): both give the unfused bits on the rows present and leave the poison elsewhere, with
     row-major and column-major scales."""
-    from inkling_kernels import fp8 as fp8_mod
+    from inkling_kernels import _fp8_launch as fp8_mod
 
     launched = []
     launch = fp8_mod._launch_kernel
@@ -781,7 +781,7 @@ def test_gpu_work_list_grid_is_what_the_gpu_holds(gen, monkeypatch):
     compiled kernel the launch returns), compiles that program once for the question (Triton's
     cache serves the launch), and asks again only for a new key; the unfused bits on the rows
     present, the poison elsewhere."""
-    from inkling_kernels import fp8 as fp8_mod
+    from inkling_kernels import _fp8_launch as fp8_mod
 
     launched = []
     launch = fp8_mod._launch_kernel
@@ -1086,7 +1086,7 @@ def test_gpu_work_list_first_call_inside_a_graph_capture(gen, monkeypatch):
     (group 64, N = 448, UE8M0, column-major scales, weights, interleaved), called for the first time
     inside a CUDA graph capture: the occupancy query compiles and loads the program there. The
     graph replays bitwise equal to eager calls, and again after new values and counts are copied in."""
-    from inkling_kernels import fp8 as fp8_mod
+    from inkling_kernels import _fp8_launch as fp8_mod
 
     monkeypatch.setattr(fp8_mod, "_PROGRAMS_AN_SM", {})
     monkeypatch.setattr(fp8_mod, "_resident_programs", lambda device, interpreted: 16)  # the work list here
@@ -1226,7 +1226,7 @@ def test_gpu_hardware_e4m3_equals_integer_rounding_on_all_fp32():
     """The compiled kernels convert with cvt.rn.satfinite.e4m3x2.f32 (``_e4m3_hw``); the
     interpreter with integer operations (``_e4m3_signed``). Both on every one of the 2**32 fp32
     bit patterns (NaNs, infinities, subnormals, both signs): zero disagreements."""
-    from inkling_kernels.fp8 import e4m3_paths_mismatches
+    from inkling_workbook.fp8_proofs import e4m3_paths_mismatches
 
     assert e4m3_paths_mismatches() == 0
     # the counter counts: with the byte of 1.0 corrupted, exactly one disagreement
@@ -1244,7 +1244,7 @@ def test_gpu_reciprocal_division_equals_ieee_division_exhaustively(dtype, method
     e4m3 byte always. Markstein's fp32 quotient also equals div_rn's wherever it is at least
     2**-10; the split reciprocal's can miss by an ulp in a few thousand pairs (bf16; counted,
     never a different byte)."""
-    from inkling_kernels.fp8 import DIV_MARKSTEIN, DIV_SPLIT, division_mismatches
+    from inkling_workbook.fp8_proofs import DIV_MARKSTEIN, DIV_SPLIT, division_mismatches
 
     m = {"split": DIV_SPLIT, "markstein": DIV_MARKSTEIN}[method]
     byte, bits, tiny = division_mismatches(dtype, m)
@@ -1262,7 +1262,7 @@ def test_gpu_fast_sigmoid_keeps_every_silu_bit(level):
     ``FTZ_EXP``: 1, the flushing exponential; 2, launched, that and the always-scaled
     reciprocal); every other kernel, helion's included, with ``tl.sigmoid``. On every one of the
     2**32 fp32 inputs the silu has the same bits."""
-    from inkling_kernels.fp8 import SIGMOID_FAST, sigmoid_paths_mismatches
+    from inkling_workbook.fp8_proofs import SIGMOID_FAST, sigmoid_paths_mismatches
 
     assert SIGMOID_FAST == 2
     assert sigmoid_paths_mismatches(level=level) == 0
@@ -1319,7 +1319,7 @@ def test_gpu_fast_scale_paths_equal_div_rn_exhaustively():
     On every fp32 group maximum the kernel can meet (``[eps, FLT_MAX]``, about 1.34e9): the same
     scale as ``div_rn(amax, 448)``, the same ``(r_hi, r_lo)`` as ``_recip_split`` and, for UE8M0,
     the same power-of-two reciprocal as ``div_rn(1, s)``."""
-    from inkling_kernels.fp8 import scale_paths_mismatches
+    from inkling_workbook.fp8_proofs import scale_paths_mismatches
 
     assert scale_paths_mismatches() == (0, 0, 0)
     # the counter counts: with the fast scale of amax = 1.0 corrupted, exactly one disagreement
@@ -1334,7 +1334,7 @@ def test_gpu_kernel_switches_do_not_move_a_bit(gen, interleaved):
     (``div_rn``, Triton's exp and casts, shuffles), at prefill and decode sizes, on data with the
     edge values: zeros of both signs, +-Inf, NaN, subnormals, huge and tiny rows, groups of NaN
     only and of +Inf only."""
-    from inkling_kernels import fp8 as fp8_mod
+    from inkling_kernels import _fp8_launch as fp8_mod
 
     # N = 1536: 12 groups, so decode programs hold 4 groups, one a warp (WARP_REDUX applies)
     gateup = randn((67, 2 * 1536), torch.bfloat16, gen, "cuda", scale=3.0)
@@ -1354,15 +1354,15 @@ def test_gpu_kernel_switches_do_not_move_a_bit(gen, interleaved):
     # (FAST_SCALE): 13 rows (column-major padding rows 13-15), and masked [3, 13]
     masked_m = torch.tensor([13, 0, 6], dtype=torch.int32, device="cuda")
     calls = {
-        "prefill": lambda **kw: fp8_mod.silu_and_mul_fp8_group_quant(gateup, w, interleaved=interleaved, **kw),
-        "decode": lambda **kw: fp8_mod.silu_and_mul_fp8_group_quant(gateup[:13], w[:13], interleaved=interleaved, **kw),
-        "masked decode": lambda **kw: fp8_mod.silu_and_mul_fp8_group_quant(
+        "prefill": lambda **kw: silu_and_mul_fp8_group_quant(gateup, w, interleaved=interleaved, **kw),
+        "decode": lambda **kw: silu_and_mul_fp8_group_quant(gateup[:13], w[:13], interleaved=interleaved, **kw),
+        "masked decode": lambda **kw: silu_and_mul_fp8_group_quant(
             gateup[:39].view(3, 13, -1), interleaved=interleaved, masked_m=masked_m, **kw
         ),
     }
     base = {
         "HW": True,
-        "DIV": fp8_mod.DIV_IEEE,
+        "SPLIT_DIV": False,
         "FTZ_EXP": False,
         "BF16_BITS": False,
         "FAST_SCALE": False,
@@ -1372,15 +1372,14 @@ def test_gpu_kernel_switches_do_not_move_a_bit(gen, interleaved):
     variants = [
         {},
         {"SCALE_ASM": True},
-        {"DIV": fp8_mod.DIV_MARKSTEIN},
-        {"DIV": fp8_mod.DIV_SPLIT},
+        {"SPLIT_DIV": True},
         {"FTZ_EXP": 1},
         {"FTZ_EXP": 2},
         {"BF16_BITS": True},
         {"FAST_SCALE": True},
-        {"DIV": fp8_mod.DIV_SPLIT, "FAST_SCALE": True},
+        {"SPLIT_DIV": True, "FAST_SCALE": True},
         {"WARP_REDUX": True},
-        {"WARP_REDUX": True, "FAST_SCALE": True, "DIV": fp8_mod.DIV_SPLIT},
+        {"WARP_REDUX": True, "FAST_SCALE": True, "SPLIT_DIV": True},
         fp8_mod._kernel_flags(gateup.device, torch.bfloat16, False),
     ]
     assert all(variants[-1].values()), "the package's own flags turn every switch on"
@@ -1419,7 +1418,7 @@ def test_kernel_flags_keep_the_sm90_proofs_on_sm90(monkeypatch, cap, ftz, fast_s
 
 
 def test_exhaustive_path_checks_refuse_a_cpu_device():
-    from inkling_kernels.fp8 import (
+    from inkling_workbook.fp8_proofs import (
         division_mismatches,
         e4m3_paths_mismatches,
         scale_paths_mismatches,
@@ -1509,10 +1508,10 @@ def test_warp_redux_guard():
     """The launches that may take the group maximum with one redux.sync a warp: decode tiles of
     128-element groups, 128 elements a warp, and a load that lays a group out over one warp (not
     interleaved pairs split in registers)."""
-    from inkling_kernels import fp8 as fp8_mod
+    from inkling_kernels import _fp8_launch as fp8_mod
 
     ok = fp8_mod._warp_redux_ok
-    il, nil, none = fp8_mod.ACT_INTERLEAVED, fp8_mod.ACT_NON_INTERLEAVED, fp8_mod.ACT_NONE
+    il, nil, none = ik.fp8.ACT_INTERLEAVED, ik.fp8.ACT_NON_INTERLEAVED, ik.fp8.ACT_NONE
     assert ok(nil, False, 128, 512, 4, 16) and ok(none, False, 128, 512, 4, 16) and ok(il, True, 128, 512, 4, 64)
     assert not ok(il, False, 128, 512, 4, 16)  # fp32 pairs, or an odd offset or stride
     assert not ok(nil, False, 64, 256, 4, 16)  # a group is half a warp
@@ -1544,7 +1543,7 @@ def test_gpu_warp_redux_on_every_layout_it_is_allowed(gen, dtype, interleaved, h
     maximum wherever its guard allows it) against the same launch with WARP_REDUX and FAST_SCALE
     off: the same bits. With the guard forced open, interleaved fp32 pairs (split in registers)
     must differ: the comparison can fail."""
-    from inkling_kernels import fp8 as fp8_mod
+    from inkling_kernels import _fp8_launch as fp8_mod
 
     gateup = _layout_inputs(dtype, interleaved, how, gen)
     saved_flags, saved_ok = fp8_mod._kernel_flags, fp8_mod._warp_redux_ok

@@ -5,7 +5,7 @@ import torch
 from conftest import DEVICE, poisoned, randn
 
 from inkling_kernels import nvfp4_quant, silu_and_mul, silu_and_mul_nvfp4_quant
-from inkling_kernels.nvfp4 import e4m3_encode, max_blockscale_rows
+from inkling_kernels.nvfp4 import max_blockscale_rows
 from inkling_kernels.reference import (
     E2M1_VALUES,
     e2m1_decode_ref,
@@ -20,6 +20,7 @@ from inkling_kernels.reference import (
     swizzled_offset,
     unswizzle_blockscale,
 )
+from inkling_workbook.nvfp4_proofs import e4m3_encode
 
 
 def _offsets(counts, device):

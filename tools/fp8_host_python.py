@@ -22,7 +22,8 @@ import time
 
 import torch
 
-from inkling_kernels import fp8 as fp8_mod
+from inkling_kernels import _fp8_launch as fp8_mod
+from inkling_kernels import fp8 as fp8_ops
 
 
 def _per_call_us(fn, calls: int = 20000, rounds: int = 7) -> float:
@@ -50,11 +51,11 @@ def main(argv: list[str]) -> int:
     x = torch.randn(M, 2 * N).bfloat16()
     q = torch.empty(M, N, dtype=torch.float8_e4m3fn)
     s = fp8_mod.empty_scales((M,), N // 128, False, "cpu")
-    op = fp8_mod.silu_and_mul_fp8_group_quant
+    op = fp8_ops.silu_and_mul_fp8_group_quant
     general = _per_call_us(lambda: op(x, interleaved=False, out=(q, s), enable_pdl=True))
 
     grid, args, consts = recorded[-1]
-    key0, _, _, _ = fp8_mod._fast_checks(x, fp8_mod.ACT_NON_INTERLEAVED, None, None, 128, False, False, (q, s), True)
+    key0, _, _, _ = fp8_mod._fast_checks(x, fp8_ops.ACT_NON_INTERLEAVED, None, None, 128, False, False, (q, s), True)
     launcher_key, values = fp8_mod._launch_key(-1, args, consts, consts["num_warps"], True)
     fp8_mod._PLANS[(*key0, True)] = (launcher_key, values, grid[0], grid[1], fp8_mod._knobs())
 
@@ -66,7 +67,7 @@ def main(argv: list[str]) -> int:
 
     def hot():  # ``_fast_launch`` after its CUDA test, PDL given
         key, fargs, qq, ss = fp8_mod._fast_checks(
-            x, fp8_mod.ACT_NON_INTERLEAVED, None, None, 128, False, False, (q, s), True
+            x, fp8_ops.ACT_NON_INTERLEAVED, None, None, 128, False, False, (q, s), True
         )
         key = (*key, True)
         plan = fp8_mod._PLANS.get(key)
@@ -86,7 +87,7 @@ def main(argv: list[str]) -> int:
         "fast_checks_us": round(
             _per_call_us(
                 lambda: fp8_mod._fast_checks(
-                    x, fp8_mod.ACT_NON_INTERLEAVED, None, None, 128, False, False, (q, s), True
+                    x, fp8_ops.ACT_NON_INTERLEAVED, None, None, 128, False, False, (q, s), True
                 )
             ),
             2,

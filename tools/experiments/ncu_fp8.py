@@ -3,7 +3,7 @@ below between ``cudaProfilerStart`` and ``cudaProfilerStop``, after an untimed c
 compilation and the occupancy query outside the profiled range). Run under ncu, e.g.
 
     ncu --profile-from-start off --clock-control none --cache-control none --set full \\
-        --csv --page details python3 tools/ncu_fp8.py CASES_JSON
+        --csv --page details python3 tools/experiments/ncu_fp8.py CASES_JSON
 
 ``CASES_JSON`` gets the profiled calls, in their order (ncu's rows follow it), with provenance.
 Cases (E = 8, N = 3072, gate || up, row-major scales, PDL off under the profiler):
@@ -90,7 +90,7 @@ def main(argv: list[str]) -> int:
         calls.append(name)
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
-    doc = {"provenance": provenance.collect(["tools/ncu_fp8.py", *argv]), "profiled_in_order": calls}
+    doc = {"provenance": provenance.collect(["tools/experiments/ncu_fp8.py", *argv]), "profiled_in_order": calls}
     Path(argv[0]).write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 

@@ -1,0 +1,159 @@
+"""The FP8 ops' output layouts and argument checks (:mod:`inkling_kernels.fp8`): the scale
+tensor's shape, strides and storage, ``out`` validation, overlap checks."""
+
+from __future__ import annotations
+
+import torch
+
+from ._validate import check_tensor
+
+FP8_DTYPE = torch.float8_e4m3fn
+GROUP_SIZES = (16, 32, 64, 128, 256, 512, 1024)
+
+
+def _round_up(v, m: int):
+    return (v + m - 1) // m * m
+
+
+def _check_flag(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+
+
+def _check_group_size(group_size, N: int, what: str) -> int:
+    if isinstance(group_size, bool) or not isinstance(group_size, int):
+        raise TypeError(f"group_size must be an int, got {type(group_size).__name__}")
+    if group_size not in GROUP_SIZES:
+        raise ValueError(f"group_size must be a power of two in {GROUP_SIZES}, got {group_size}")
+    if N == 0 or N % group_size:
+        raise ValueError(
+            f"{what} must be a positive multiple of group_size={group_size} (whole groups only), got N={N}"
+        )
+    return N // group_size
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """[first byte, last byte + 1) of the memory a tensor's elements occupy."""
+    ptr = t.data_ptr()
+    if t.numel() == 0:
+        return (ptr, ptr)
+    last = 0
+    for size, stride in zip(t.shape, t.stride()):
+        last += (size - 1) * stride
+    size = t.element_size()
+    return ptr + min(0, last) * size, ptr + (max(0, last) + 1) * size
+
+
+def _self_overlapping(t: torch.Tensor) -> bool:
+    """Whether two elements of ``t`` share memory (dims ordered by stride, each must clear the last)."""
+    dims = sorted((st, sz) for sz, st in zip(t.shape, t.stride(), strict=True) if sz > 1)
+    extent = 1
+    for st, sz in dims:
+        if st < extent:
+            return True
+        extent = st * sz
+    return False
+
+
+def _canonical_scales(scales: torch.Tensor, lead, G: int, column_major: bool) -> bool:
+    """Whether ``scales`` is laid out exactly as the op allocates it, padding storage included:
+    then (column-major) the kernel also zero-fills the padding rows. Any other non-overlapping
+    layout (e.g. a copy torch.compile made) gets the values only."""
+    shape, strides, storage = _scale_shape(tuple(lead), G, column_major)
+    if any(sz > 1 and st != want for sz, st, want in zip(shape, scales.stride(), strides, strict=True)):
+        return False
+    return scales.untyped_storage().nbytes() // 4 - scales.storage_offset() >= storage
+
+
+def _meet(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether two memory spans (``_span``, on one device) share a byte."""
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def _scale_shape(lead: tuple[int, ...], G: int, column_major: bool) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """(shape, strides, storage elements) of the scales for leading dims ``(M,)`` or ``(E, T)``."""
+    rows = lead[-1]
+    if not column_major:
+        strides = (rows * G, G, 1) if len(lead) == 2 else (G, 1)
+        return (*lead, G), strides, max(1, lead[0] * G * (rows if len(lead) == 2 else 1))
+    rp = _round_up(rows, 4)
+    strides = (G * rp, 1, rp) if len(lead) == 2 else (1, rp)
+    return (*lead, G), strides, max(1, (lead[0] if len(lead) == 2 else 1) * G * rp)
+
+
+def empty_scales(lead, G: int, column_major: bool, device) -> torch.Tensor:
+    """An uninitialised scale tensor in the layout the ops write (works on fake tensors too)."""
+    if not column_major:
+        return torch.empty((*lead, G), dtype=torch.float32, device=device)
+    rp = _round_up(lead[-1], 4)
+    if len(lead) == 1:
+        return torch.empty((G, rp), dtype=torch.float32, device=device).t()[: lead[0]]
+    return torch.empty((lead[0], G, rp), dtype=torch.float32, device=device).transpose(1, 2)[:, : lead[1]]
+
+
+def _check_inputs_no_grad(**named) -> None:
+    if not torch.is_grad_enabled():
+        return
+    for name, t in named.items():
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            raise ValueError(
+                f"{name} requires grad: these ops have no backward; call them under torch.no_grad() "
+                "or pass a detached tensor"
+            )
+
+
+def _check_out(
+    out, lead, N: int, G: int, column_major: bool, device, inputs: dict
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError("out must be a (q, scales) pair of tensors")
+    q, scales = out
+    for name, t in (("out[0] (q)", q), ("out[1] (scales)", scales)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.device != device:
+            raise ValueError(f"{name} is on {t.device}, expected {device}")
+    if q.dtype != FP8_DTYPE:
+        raise TypeError(f"out[0] (q) must have dtype float8_e4m3fn, got {q.dtype}")
+    if tuple(q.shape) != (*lead, N):
+        raise ValueError(f"out[0] (q) must have shape {(*lead, N)}, got {tuple(q.shape)}")
+    if q.stride(-1) != 1 or _self_overlapping(q):
+        raise ValueError(f"out[0] (q) must have unit stride in its last dimension and no overlap, got {q.stride()}")
+    if scales.dtype != torch.float32:
+        raise TypeError(f"out[1] (scales) must have dtype float32, got {scales.dtype}")
+    shape, _, _ = _scale_shape(tuple(lead), G, column_major)
+    if tuple(scales.shape) != shape:
+        raise ValueError(f"out[1] (scales) must have shape {shape}, got {tuple(scales.shape)}")
+    unit = -2 if column_major else -1  # the dimension that must be contiguous
+    if scales.shape[unit] > 1 and scales.stride(unit) != 1:
+        layout = "column-major (unit stride along rows)" if column_major else "row-major (unit stride along groups)"
+        raise ValueError(f"out[1] (scales) must be {layout}, got strides {tuple(scales.stride())}")
+    if _self_overlapping(scales):
+        raise ValueError(f"out[1] (scales) elements overlap: strides {tuple(scales.stride())}")
+    q_span, s_span = _span(q), _span(scales)  # each span once: this check runs on every call
+    if column_major and _canonical_scales(scales, lead, G, column_major):
+        # the kernel also zero-fills the padding rows of such a buffer: they count as written
+        s_span = (s_span[0], s_span[0] + 4 * _scale_shape(tuple(lead), G, True)[2])
+    if _meet(q_span, s_span):
+        raise ValueError("out[0] (q) and out[1] (scales) overlap in memory")
+    for name, t in inputs.items():
+        if t is not None and t.device == device:
+            t_span = _span(t)
+            if _meet(q_span, t_span) or _meet(s_span, t_span):
+                raise ValueError(f"out overlaps the input {name}")
+    return q, scales
+
+
+def _check_rows(name: str, t: torch.Tensor) -> None:
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{name} must have unit stride in its last dimension, got strides {t.stride()}")
+    if t.shape[-2] > 1 and t.stride(-2) < t.shape[-1]:
+        raise ValueError(f"{name} rows overlap: row stride {t.stride(-2)} < row length {t.shape[-1]}")
+    if t.dim() == 3 and t.shape[0] > 1 and t.stride(0) < t.shape[1] * t.stride(1):
+        raise ValueError(f"{name} experts overlap: strides {t.stride()}")
+
+
+def _check_tensor_nd(name: str, t, dtypes) -> None:
+    check_tensor(name, t, dtypes=dtypes)
+    if t.dim() not in (2, 3):
+        raise ValueError(f"{name} must be 2-D [M, ...] or 3-D [E, T, ...], got shape {tuple(t.shape)}")
