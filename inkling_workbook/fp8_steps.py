@@ -34,25 +34,27 @@ from inkling_kernels import _backend
 
 # library helpers: the package's jit helpers and launch rules that the steps adopt (one import
 # block, so a move of these names inside the package is fixed here only)
-from inkling_kernels.fp8 import (  # library helpers
-    ACT_INTERLEAVED,
-    ACT_NON_INTERLEAVED,
-    DECODE_ROWS,
-    DIV_IEEE,
-    FP8_DTYPE,
+from inkling_kernels._fp8_format import (  # library helpers
     _bf16_round,
-    _canonical_scales,
     _div_by_scale,
     _e4m3_hw,
     _e4m3_signed,
     _group_scale,
+    _warp_group_max,
+)
+from inkling_kernels._fp8_kernel import _store_b32, _work_counts  # library helpers
+from inkling_kernels._fp8_launch import (  # library helpers
+    DECODE_ROWS,
     _kernel_flags,
     _launch_config,
     _pair_words,
-    _store_b32,
-    _warp_group_max,
     _warp_redux_ok,
-    _work_counts,
+)
+from inkling_kernels._fp8_layout import _canonical_scales  # library helpers
+from inkling_kernels.fp8 import (  # library helpers
+    ACT_INTERLEAVED,
+    ACT_NON_INTERLEAVED,
+    FP8_DTYPE,
     empty_scales,
     silu_and_mul_fp8_group_quant,
 )
@@ -147,7 +149,7 @@ def _tile_naive(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe, sxm
     gate, up = _load_two(x_ptr, e * sxe + rows[:, None, None] * sxm, cols, mask, N, ACT)
     y = _silu_mul(gate, up).to(x_ptr.dtype.element_ty).to(tl.float32)  # rounded as silu_and_mul stores it
     amax = _amax_bits(y)
-    s, r, r_lo = _group_scale(amax, UE8M0, 0, False)  # DIV_IEEE; s = div_rn(amax, 448)
+    s, r, r_lo = _group_scale(amax, UE8M0, False, False)  # IEEE: s = div_rn(amax, 448)
     if UE8M0:
         t = y * r[:, :, None]  # a power of two: the product is the exact quotient
     else:
@@ -170,7 +172,7 @@ def _tile_hw_e4m3(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe, s
     gate, up = _load_two(x_ptr, e * sxe + rows[:, None, None] * sxm, cols, mask, N, ACT)
     y = _silu_mul(gate, up).to(x_ptr.dtype.element_ty).to(tl.float32)  # rounded as silu_and_mul stores it
     amax = _amax_f32(y, HW)
-    s, r, r_lo = _group_scale(amax, UE8M0, 0, False)  # DIV_IEEE; s = div_rn(amax, 448)
+    s, r, r_lo = _group_scale(amax, UE8M0, False, False)  # IEEE: s = div_rn(amax, 448)
     if UE8M0:
         t = y * r[:, :, None]  # a power of two: the product is the exact quotient
     else:
@@ -192,18 +194,18 @@ def _tile_div_free(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe, 
                    N: tl.constexpr, GROUP: tl.constexpr, ACT: tl.constexpr, UE8M0: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, F: tl.constexpr):  # fmt: skip
     HW: tl.constexpr = F[0]
-    DIV: tl.constexpr = F[1]
+    SPLIT_DIV: tl.constexpr = F[1]
     FAST_SCALE: tl.constexpr = F[2]
     FTZ_EXP: tl.constexpr = F[3]
     rows, valid, pad, g, g_ok, cols, mask = _coords(pid_m, pid_g, n_rows, T, T_PAD, BLOCK_M, BLOCK_G, GROUP, N // GROUP)
     gate, up = _load_two(x_ptr, e * sxe + rows[:, None, None] * sxm, cols, mask, N, ACT)
     y = _silu_mul(gate, up, FTZ_EXP).to(x_ptr.dtype.element_ty).to(tl.float32)
     amax = _amax_f32(y, HW)
-    s, r, r_lo = _group_scale(amax, UE8M0, DIV, FAST_SCALE)  # once a group
+    s, r, r_lo = _group_scale(amax, UE8M0, SPLIT_DIV, FAST_SCALE)  # once a group
     if UE8M0:
         t = y * r[:, :, None]  # a power of two: the product is the exact quotient
     else:
-        t = _div_by_scale(y, s[:, :, None], r[:, :, None], r_lo[:, :, None], DIV)  # fma(y, r, y * r_lo)
+        t = _div_by_scale(y, s[:, :, None], r[:, :, None], r_lo[:, :, None], SPLIT_DIV)  # fma(y, r, y * r_lo)
     if HW:
         q = _e4m3_hw(t)  # cvt.rn.satfinite.e4m3x2.f32: four bytes in one 32-bit register
     else:
@@ -241,7 +243,7 @@ def _tile_pair_words(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe
                      N: tl.constexpr, GROUP: tl.constexpr, ACT: tl.constexpr, UE8M0: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, F: tl.constexpr):  # fmt: skip
     HW: tl.constexpr = F[0]
-    DIV: tl.constexpr = F[1]
+    SPLIT_DIV: tl.constexpr = F[1]
     FAST_SCALE: tl.constexpr = F[2]
     FTZ_EXP: tl.constexpr = F[3]
     PAIR_WORDS: tl.constexpr = F[4]
@@ -253,11 +255,11 @@ def _tile_pair_words(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe
     else:
         y = _silu_mul(gate, up, FTZ_EXP).to(x_ptr.dtype.element_ty).to(tl.float32)
     amax = _amax_f32(y, HW)
-    s, r, r_lo = _group_scale(amax, UE8M0, DIV, FAST_SCALE)  # once a group
+    s, r, r_lo = _group_scale(amax, UE8M0, SPLIT_DIV, FAST_SCALE)  # once a group
     if UE8M0:
         t = y * r[:, :, None]  # a power of two: the product is the exact quotient
     else:
-        t = _div_by_scale(y, s[:, :, None], r[:, :, None], r_lo[:, :, None], DIV)  # fma(y, r, y * r_lo)
+        t = _div_by_scale(y, s[:, :, None], r[:, :, None], r_lo[:, :, None], SPLIT_DIV)  # fma(y, r, y * r_lo)
     if HW:
         q = _e4m3_hw(t)  # cvt.rn.satfinite.e4m3x2.f32: four bytes in one 32-bit register
     else:
@@ -275,7 +277,7 @@ def _tile_decode(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe, sx
                  N: tl.constexpr, GROUP: tl.constexpr, ACT: tl.constexpr, UE8M0: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr, F: tl.constexpr):  # fmt: skip
     HW: tl.constexpr = F[0]
-    DIV: tl.constexpr = F[1]
+    SPLIT_DIV: tl.constexpr = F[1]
     FAST_SCALE: tl.constexpr = F[2]
     FTZ_EXP: tl.constexpr = F[3]
     PAIR_WORDS: tl.constexpr = F[4]
@@ -291,16 +293,16 @@ def _tile_decode(e, pid_m, pid_g, n_rows, x_ptr, q_ptr, s_ptr, T, T_PAD, sxe, sx
     if WARP_REDUX:  # every element gets its group's max: a thread's four, then one redux.sync
         amax = _warp_group_max(y).to(tl.float32, bitcast=True)
         amax = tl.minimum(tl.maximum(amax, 1e-10), 3.4028234663852886e38)
-        sb, rb, lb = _group_scale(amax, UE8M0, DIV, FAST_SCALE)  # in y's shape
+        sb, rb, lb = _group_scale(amax, UE8M0, SPLIT_DIV, FAST_SCALE)  # in y's shape
         s = tl.max(sb, axis=2)  # one a group again, for the store
     else:
         amax = _amax_f32(y, HW)
-        s, r, r_lo = _group_scale(amax, UE8M0, DIV, FAST_SCALE)
+        s, r, r_lo = _group_scale(amax, UE8M0, SPLIT_DIV, FAST_SCALE)
         sb, rb, lb = s[:, :, None], r[:, :, None], r_lo[:, :, None]
     if UE8M0:
         t = y * rb
     else:
-        t = _div_by_scale(y, sb, rb, lb, DIV)
+        t = _div_by_scale(y, sb, rb, lb, SPLIT_DIV)
     if HW:
         q = _e4m3_hw(t)  # cvt.rn.satfinite.e4m3x2.f32: four bytes in one 32-bit register
     else:
@@ -377,13 +379,13 @@ def fp8_work_list_kernel(x_ptr, m_ptr, q_ptr, s_ptr, T, T_PAD, sxe, sxm, sqe, sq
 def step_flags(step: int, device: torch.device, dtype: torch.dtype, *, interleaved_words: bool, redux_ok: bool,
                decode: bool) -> tuple:  # fmt: skip
     """The compiled-only switches a step has adopted, by the package's own rule (``_kernel_flags``):
-    (HW, DIV, FAST_SCALE, FTZ_EXP, PAIR_WORDS, BF16_BITS, WARP_REDUX, SCALE_ASM). Under the
+    (HW, SPLIT_DIV, FAST_SCALE, FTZ_EXP, PAIR_WORDS, BF16_BITS, WARP_REDUX, SCALE_ASM). Under the
     interpreter every compiled-only one is off."""
     lib = _kernel_flags(device, dtype, _backend.uses_interpreter(device))
     on = [step >= 1, step >= 2, step >= 2, step >= 2, step >= 3, step >= 3, step >= 4, step >= 4]
     values = [
         lib["HW"],
-        lib["DIV"],
+        lib["SPLIT_DIV"],
         lib["FAST_SCALE"] and decode,  # at decode only, as the package launches it
         lib["FTZ_EXP"],
         interleaved_words,
@@ -391,7 +393,7 @@ def step_flags(step: int, device: torch.device, dtype: torch.dtype, *, interleav
         lib["WARP_REDUX"] and redux_ok,
         lib["SCALE_ASM"],
     ]
-    off = [False, DIV_IEEE, False, 0, False, False, False, False]
+    off = [False, False, False, 0, False, False, False, False]
     return tuple(v if o else z for v, o, z in zip(values, on, off, strict=True))
 
 

@@ -102,7 +102,7 @@ def test_step_flags_interpreter_are_all_off():
     for i in range(len(fp8_steps.STEPS)):
         f = fp8_steps.step_flags(i, torch.device("cpu"), torch.bfloat16, interleaved_words=True, redux_ok=True,
                                  decode=True)  # fmt: skip
-        assert f[:4] == (False, fp8_steps.DIV_IEEE, False, 0) and not f[5] and not f[6] and not f[7]
+        assert f[:4] == (False, False, False, 0) and not f[5] and not f[6] and not f[7]
         assert f[4] == (i >= 3)  # pair words: the interpreter reads them too
 
 
@@ -181,14 +181,14 @@ def _package_redux_layout(unaligned: str) -> str:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from inkling_kernels import fp8
+    from inkling_kernels import _fp8_kernel, _fp8_launch, fp8
 
-    jit = fp8._fp8_group_kernel
+    jit = _fp8_kernel._fp8_group_kernel
     consts = dict(N=1536, GROUP=128, ACT=fp8.ACT_NON_INTERLEAVED, HAS_WEIGHT=False, HAS_MASK=False, UE8M0=False,
                   BLOCK_M=1, BLOCK_G=4, E_POW2=1, WORK_LIST=False, PACK_E_BITS=0, PACK_CNT_BITS=0, INT64=False,
-                  USE_PDL=False, HW=True, DIV=2, PAIR_WORDS=False, FTZ_EXP=2, BF16_BITS=True, FAST_SCALE=True,
+                  USE_PDL=False, HW=True, SPLIT_DIV=True, PAIR_WORDS=False, FTZ_EXP=2, BF16_BITS=True, FAST_SCALE=True,
                   WARP_REDUX=True, SCALE_ASM=True, PAD_ROWS=False)  # fmt: skip
-    assert fp8._warp_redux_ok(fp8.ACT_NON_INTERLEAVED, False, 128, 512, 4, 16)  # the launcher takes the redux
+    assert _fp8_launch._warp_redux_ok(fp8.ACT_NON_INTERLEAVED, False, 128, 512, 4, 16)  # the launcher takes the redux
     ptrs = {"x_ptr": "*bf16", "w_ptr": "*bf16", "masked_m_ptr": "*bf16", "q_ptr": "*u8", "s_ptr": "*fp32"}
     sig, attrs = {}, {}
     for i, n in enumerate(jit.arg_names):
@@ -232,7 +232,7 @@ def test_every_step_compiles_for_sm90_with_the_gpu_switches(monkeypatch):
 
     def sm90_flags(device, dtype, interpreted):
         sixteen = dtype in (torch.bfloat16, torch.float16)
-        return {"HW": True, "DIV": 2 if sixteen else 0, "FTZ_EXP": 2, "BF16_BITS": dtype == torch.bfloat16,
+        return {"HW": True, "SPLIT_DIV": sixteen, "FTZ_EXP": 2, "BF16_BITS": dtype == torch.bfloat16,
                 "FAST_SCALE": True, "WARP_REDUX": True, "SCALE_ASM": True}  # fmt: skip
 
     seen = []
