@@ -143,16 +143,30 @@ def _kernel_flags(device: torch.device, dtype: torch.dtype, interpreted: bool) -
     }
 
 
-def _warp_redux_ok(act: int, pair_words: bool, group: int, tile: int, warps: int, rows: int) -> bool:
+def _warp_redux_ok(act: int, pair_words: bool, group: int, tile: int, warps: int, rows: int, aligned: bool) -> bool:
     """Whether a launch may take the group maximum with one ``redux.sync`` a warp (``WARP_REDUX``).
     It needs the layout where a warp holds exactly one group, four elements a thread: 128-element
     groups in programs of 128 elements a warp (the decode tiles), loaded as such. Triton lays the
-    tile out from the load: a straight load of ``x`` or of the gate and up halves, or interleaved
-    pairs read as 32-bit words, give it; interleaved pairs loaded element by element and split in
-    registers (fp32, or an odd offset or row stride) spread a thread's registers over several
-    groups, and the redux then mixes groups (a review found it on the H200;
-    ``test_gpu_warp_redux_on_every_layout_it_is_allowed`` covers each allowed case)."""
-    return group == 128 and tile == 128 * warps and rows <= DECODE_ROWS and (act != ACT_INTERLEAVED or pair_words)
+    tile out from its loads and stores: a straight load of ``x`` or of the gate and up halves, or
+    interleaved pairs read as 32-bit words, give it; interleaved pairs loaded element by element
+    and split in registers (fp32, or an odd offset or row stride) spread a thread's registers over
+    several groups, and so do input and output pointers or row strides without 16-byte
+    divisibility, where Triton's analysis gives one element a thread; the redux then mixes groups.
+    ``aligned``: :func:`_redux_aligned` of the input and of ``q``
+    (``test_gpu_warp_redux_on_every_layout_it_is_allowed`` covers each allowed case)."""
+    return (
+        group == 128
+        and tile == 128 * warps
+        and rows <= DECODE_ROWS
+        and aligned
+        and (act != ACT_INTERLEAVED or pair_words)
+    )
+
+
+def _redux_aligned(*tensors: torch.Tensor) -> bool:
+    """Whether every ``[E, T, K]`` tensor starts on 16 bytes and has row and expert strides Triton
+    specializes as divisible by 16 (what keeps four elements a thread in one group)."""
+    return all(t.data_ptr() % 16 == 0 and t.stride(0) % 16 == 0 and t.stride(1) % 16 == 0 for t in tensors)
 
 
 def _pair_words(x3: torch.Tensor) -> bool:
@@ -206,7 +220,8 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
     # the first arithmetic, and M = 1024 to 49152 and the masked calls lost 2-5%
     flags["FAST_SCALE"] = flags["FAST_SCALE"] and T <= DECODE_ROWS
     pair_words = act == ACT_INTERLEAVED and _pair_words(x3)
-    if not _warp_redux_ok(act, pair_words, group_size, block_m * block_g * group_size, warps, T):
+    aligned = _redux_aligned(x3, q3)
+    if not _warp_redux_ok(act, pair_words, group_size, block_m * block_g * group_size, warps, T, aligned):
         flags["WARP_REDUX"] = False
     args = (
         x3,
@@ -308,10 +323,11 @@ def _knobs() -> tuple:
     the general path. The objects themselves are held (not their ids, which a freed object's
     successor could take)."""
     return (
-        _launch_config, _kernel_flags, _hw_e4m3, _pair_words, _warp_redux_ok, _programs_an_sm, _PROGRAMS_AN_SM,
-        _occupancy, _resident_programs, _launch_kernel, _launch_key, _canonical_scales, _scale_shape, empty_scales,
-        WORK_LIST_PAST, WORK_LIST_PAST_DECODE, WORK_LIST_PER_SM, _pack_bits, DECODE_ROWS, INT32_LIMIT,
-        _backend.uses_interpreter, _backend.cuda_index, _backend.capability, _backend.sm_count,
+        _launch_config, _kernel_flags, _hw_e4m3, _pair_words, _warp_redux_ok, _redux_aligned, _programs_an_sm,
+        _PROGRAMS_AN_SM, _occupancy, _resident_programs, _launch_kernel, _launch_key, _canonical_scales,
+        _scale_shape, empty_scales, WORK_LIST_PAST, WORK_LIST_PAST_DECODE, WORK_LIST_PER_SM, _pack_bits,
+        DECODE_ROWS, INT32_LIMIT, _backend.uses_interpreter, _backend.cuda_index, _backend.capability,
+        _backend.sm_count,
     )  # fmt: skip
 
 

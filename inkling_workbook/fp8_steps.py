@@ -48,6 +48,7 @@ from inkling_kernels._fp8_launch import (  # library helpers
     _kernel_flags,
     _launch_config,
     _pair_words,
+    _redux_aligned,
     _warp_redux_ok,
 )
 from inkling_kernels._fp8_layout import _canonical_scales  # library helpers
@@ -453,7 +454,7 @@ def run_step(
     block_m, block_g, warps = _launch_config(T, G, group_size, interpreted)
     act = ACT_INTERLEAVED if interleaved else ACT_NON_INTERLEAVED
     words = interleaved and _pair_words(x3)
-    redux = _warp_redux_ok(act, words, group_size, block_m * block_g * group_size, warps, T)
+    redux = _warp_redux_ok(act, words, group_size, block_m * block_g * group_size, warps, T, _redux_aligned(x3, q3))
     flags = step_flags(index, device, gateup.dtype, interleaved_words=words, redux_ok=redux, decode=T <= DECODE_ROWS)
     args = (x3, masked_m if masked_m is not None else x3, q3.view(torch.uint8), scales, T, t_pad,
             x3.stride(0), x3.stride(1), q3.stride(0), q3.stride(1), *s_strides)  # fmt: skip

@@ -1510,13 +1510,19 @@ def test_warp_redux_guard():
     interleaved pairs split in registers)."""
     from inkling_kernels import _fp8_launch as fp8_mod
 
-    ok = fp8_mod._warp_redux_ok
+    def ok(*args, aligned=True):
+        return fp8_mod._warp_redux_ok(*args, aligned)
+
     il, nil, none = ik.fp8.ACT_INTERLEAVED, ik.fp8.ACT_NON_INTERLEAVED, ik.fp8.ACT_NONE
     assert ok(nil, False, 128, 512, 4, 16) and ok(none, False, 128, 512, 4, 16) and ok(il, True, 128, 512, 4, 64)
     assert not ok(il, False, 128, 512, 4, 16)  # fp32 pairs, or an odd offset or stride
     assert not ok(nil, False, 64, 256, 4, 16)  # a group is half a warp
     assert not ok(nil, False, 128, 256, 4, 16)  # two elements a thread: a group spans two warps
     assert not ok(nil, False, 128, 512, 4, fp8_mod.DECODE_ROWS + 1)  # prefill tiles
+    assert not ok(nil, False, 128, 512, 4, 16, aligned=False)  # an unaligned input or output
+    x = torch.empty(4, 3, 256, dtype=torch.bfloat16)
+    assert fp8_mod._redux_aligned(x[:, :, :128]) and not fp8_mod._redux_aligned(x[:, :, 1:129])
+    assert not fp8_mod._redux_aligned(torch.empty(4, 3, 129)[:, :, :128])  # row stride 129
 
 
 def _layout_inputs(dtype, interleaved, how, gen):

@@ -10,7 +10,8 @@ import triton
 import triton.language as tl
 from conftest import gpu_only
 
-from inkling_kernels import fp8_group_quant, silu_and_mul, silu_and_mul_fp8_group_quant
+from inkling_kernels import _fp8_launch, fp8_group_quant, silu_and_mul, silu_and_mul_fp8_group_quant
+from inkling_kernels.fp8 import ACT_NON_INTERLEAVED
 from inkling_kernels.reference import fp8_group_quant_ref
 from inkling_workbook import fp8_steps
 from inkling_workbook.fp8_steps import CPU_CASES, GPU_CASES, Case
@@ -188,7 +189,7 @@ def _package_redux_layout(unaligned: str) -> str:
                   BLOCK_M=1, BLOCK_G=4, E_POW2=1, WORK_LIST=False, PACK_E_BITS=0, PACK_CNT_BITS=0, INT64=False,
                   USE_PDL=False, HW=True, SPLIT_DIV=True, PAIR_WORDS=False, FTZ_EXP=2, BF16_BITS=True, FAST_SCALE=True,
                   WARP_REDUX=True, SCALE_ASM=True, PAD_ROWS=False)  # fmt: skip
-    assert _fp8_launch._warp_redux_ok(fp8.ACT_NON_INTERLEAVED, False, 128, 512, 4, 16)  # the launcher takes the redux
+    assert _fp8_launch._warp_redux_ok(fp8.ACT_NON_INTERLEAVED, False, 128, 512, 4, 16, True)  # aligned: the redux
     ptrs = {"x_ptr": "*bf16", "w_ptr": "*bf16", "masked_m_ptr": "*bf16", "q_ptr": "*u8", "s_ptr": "*fp32"}
     sig, attrs = {}, {}
     for i, n in enumerate(jit.arg_names):
@@ -215,14 +216,26 @@ def test_package_warp_redux_one_group_a_warp_sm90(unaligned):
     assert _package_redux_layout(unaligned).startswith(ONE_GROUP_A_WARP)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="package bug: _warp_redux_ok ignores alignment; with x and q both unaligned the decode program "
-    "lays a thread's four elements over four groups and redux.sync mixes groups (GPU: "
-    "test_unaligned_decode_warp_redux_gpu[both-*]); remove this marker once the launcher checks alignment",
-)
 def test_package_warp_redux_unaligned_input_and_out_sm90():
-    assert _package_redux_layout("xq").startswith(ONE_GROUP_A_WARP)
+    """With input and output both unaligned the decode program lays a thread's four elements over
+    four groups (the redux would mix them), so the launcher does not take the redux there."""
+    assert not _package_redux_layout("xq").startswith(ONE_GROUP_A_WARP)
+    assert not _fp8_launch._warp_redux_ok(ACT_NON_INTERLEAVED, False, 128, 512, 4, 16, False)
+
+
+def test_launcher_takes_the_redux_only_on_aligned_tensors(monkeypatch):
+    """The general path's decision for real tensors (the compiled switches and tiles forced on, the
+    launch captured): aligned input and output take the redux; an unaligned input or output does not."""
+    seen = []
+    flags = _fp8_launch._kernel_flags
+    monkeypatch.setattr(_fp8_launch, "_kernel_flags", lambda d, t, i: {**flags(d, t, i), "WARP_REDUX": True})
+    config = _fp8_launch._launch_config
+    monkeypatch.setattr(_fp8_launch, "_launch_config", lambda rows, G, group, i: config(rows, G, group, False))
+    monkeypatch.setattr(_fp8_launch, "_launch_kernel", lambda grid, d, i, args, consts: seen.append(consts))
+    x = torch.randn(16, 2 * 1536).bfloat16()
+    for xin, out in ((x, None), (_unaligned(x), None), (x, _unaligned_out(16, 1536, 12, "cpu"))):
+        silu_and_mul_fp8_group_quant(xin, interleaved=False, out=out)
+    assert [c["WARP_REDUX"] for c in seen] == [True, False, False]
 
 
 def test_every_step_compiles_for_sm90_with_the_gpu_switches(monkeypatch):
