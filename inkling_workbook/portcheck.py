@@ -640,7 +640,12 @@ def generated_code(fn, case: Case, device) -> list[dict]:
         _call(fn, case, device)
     kernels: dict[str, dict] = {}
     for launch in seen:
-        compiled, key = compile_launch(launch, target)
+        try:
+            compiled, key = compile_launch(launch, target)
+        except Exception as e:  # e.g. an argument type the sm_90 compiler does not take
+            kernels.setdefault(f"error {launch.name}", {"kernel": launch.name, "launches": 0, "error": repr(e)[:300]})
+            kernels[f"error {launch.name}"]["launches"] += 1
+            continue
         if key in kernels:
             kernels[key]["launches"] += 1
             continue
@@ -763,11 +768,21 @@ def _details(r: dict) -> list[str]:
 
 
 def _code_table(code: dict) -> list[str]:
-    kernels = [(side, k) for side in ("original", "port") for k in code.get(side, [])]
+    lines = [
+        f"- {side}: could not capture or compile: {code[side + '_error']}"
+        for side in ("original", "port")
+        if side + "_error" in code
+    ]
+    for side in ("original", "port"):
+        lines += [
+            f"- {side}: `{k['kernel']}` did not compile: {k['error']}" for k in code.get(side, []) if "error" in k
+        ]
+    kernels = [(side, k) for side in ("original", "port") for k in code.get(side, []) if "error" not in k]
     if not kernels:
-        return ["no Triton launches captured"]
+        return lines + ["no Triton kernel launches to compare (a torch op launches none)"]
+    lines += [""] if lines else []
     head = ["", *(f"{side}: `{k['kernel']}`" for side, k in kernels)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     rows = [
         ("launches", "launches"),
         ("PTX lines", "ptx_lines"),
@@ -849,7 +864,12 @@ def run(
     if code:
         report.code = {"target": "sm_90" if device.type == "cpu" else "this device"}
         for side, fn in (("original", original), ("port", port)):
-            report.code[side] = generated_code(fn, cases[0], device)
+            try:
+                report.code[side] = generated_code(fn, cases[0], device)
+            except ImportError:
+                raise
+            except Exception as e:  # the comparison of bits stands without it
+                report.code[f"{side}_error"] = f"{type(e).__name__}: {e}"
     if timing:
         report.timings = _timings(original, port, cases, device)
     return report

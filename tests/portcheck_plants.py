@@ -23,8 +23,10 @@ def flip_one_bit(x):
 
 
 def move_nan(x):
-    """``double`` with its first NaN moved one element on (the element it leaves gets 0)."""
+    """``double`` with its first NaN (if any) moved one element on (the element it leaves gets 0)."""
     out = double(x).reshape(-1)
+    if not torch.isnan(out).any():
+        return out.view(x.shape)
     at = int(torch.isnan(out).nonzero()[0])
     out[at], out[(at + 1) % out.numel()] = 0.0, float("nan")
     return out.view(x.shape)
