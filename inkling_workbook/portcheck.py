@@ -484,16 +484,26 @@ def capture_launches():
 
         return run
 
+    def no_op(*args, **kwargs):
+        return None
+
     hook = knobs.runtime.launch_enter_hook
+    chain = hasattr(hook, "add") and hasattr(hook, "remove")  # Triton's HookChain (3.5 on)
     for cls, original in saved.items():
         cls.run = wrap(original)
-    knobs.runtime.launch_enter_hook = lambda *a, **k: None
+    if chain:
+        hook.add(no_op)
+    else:
+        knobs.runtime.launch_enter_hook = no_op
     try:
         yield seen
     finally:
         for cls, original in saved.items():
             cls.run = original
-        knobs.runtime.launch_enter_hook = hook
+        if chain:
+            hook.remove(no_op)
+        else:
+            knobs.runtime.launch_enter_hook = hook
 
 
 def _options() -> set[str]:

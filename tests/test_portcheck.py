@@ -235,3 +235,37 @@ def test_generation_is_the_same_in_two_fresh_processes():
     assert runs[0] == runs[1] and len(runs[0].splitlines()) == 20
     here = {c.name: portcheck.digest(c.build()) for c in portcheck.matrix(shapes=[(64, 96)])}
     assert all(f"{name} {d}" in runs[0] for name, d in here.items())
+
+
+def test_capture_sees_interpreted_launches_sends_cuda_launchers_through_run_and_restores_triton():
+    from triton import knobs
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    from inkling_kernels import _backend
+
+    runs = JITFunction.run, InterpretedFunction.run
+    x = portcheck.values((2, 512), torch.bfloat16, seed=3)
+    with portcheck.capture_launches() as seen:
+        assert not _backend._no_launch_hooks()  # the CudaLauncher's cached path is off: launches reach run
+        ik.silu_and_mul(x, interleaved=False)
+    assert [launch.name for launch in seen] == ["silu_and_mul_non_interleaved_kernel"]
+    assert seen[0].kwargs["N"] == 256 and seen[0].args[0] is x
+    assert (JITFunction.run, InterpretedFunction.run) == runs and _backend._no_launch_hooks()
+    assert not getattr(knobs.runtime.launch_enter_hook, "calls", [])
+
+
+@pytest.mark.skipif(not helion_original.available(), reason=helion_original.INSTALL_HINT)
+def test_the_port_against_its_helion_original_on_two_cpu_cases():
+    """Two cases of ``portcheck_cases.cpu_cases`` (the CLI in docs/portcheck.md runs all 28):
+    equal, the helion kernel's code beside the port's."""
+    from inkling_workbook import portcheck_cases
+
+    cases = portcheck_cases.cpu_cases()
+    picked = [cases[0], next(c for c in cases if c.name.startswith("w 2x768+2 bfloat16 edges") and "False" in c.name)]
+    report = portcheck.run(
+        helion_original.silu_and_mul_helion, ik.silu_and_mul, picked, reference=portcheck_cases.reference
+    )
+    assert report.ok, report.to_markdown()
+    assert [k["kernel"] for k in report.code["original"]] == ["_helion_silu_and_mul_helion_interleaved"]
+    assert report.code["original"][0]["classes"]["ld.global"] > 0
