@@ -217,7 +217,7 @@ def matrix(
     shapes: Iterable,
     dtypes: Iterable[torch.dtype] = (torch.bfloat16,),
     value_classes: Iterable[str] = VALUE_CLASSES,
-    strides: Iterable[str] = ("contiguous",),
+    strides: Iterable[str] = STRIDES,
     kwargs: Iterable[dict] = ({},),
     seeds: Iterable[int] = (0,),
     out: Callable[[tuple, dict], object] | None = None,

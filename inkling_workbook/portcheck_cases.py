@@ -30,10 +30,9 @@ def silu_cases(ms, ns, value_classes=portcheck.VALUE_CLASSES, prefix: str = "") 
     layouts = ({"interleaved": True}, {"interleaved": False})
     shapes = [(m, 2 * n) for m in ms for n in ns]
     weighted = [((m, 2 * n), (m,)) for m in ms for n in ns]
-    cases = portcheck.matrix(shapes=shapes, value_classes=value_classes, kwargs=layouts, out=_out, prefix=prefix)
-    cases += portcheck.matrix(
-        shapes=weighted, value_classes=("random", "edges"), kwargs=layouts, out=_out, prefix=prefix + "w "
-    )
+    common = {"strides": ("contiguous",), "kwargs": layouts, "out": _out}
+    cases = portcheck.matrix(shapes=shapes, value_classes=value_classes, prefix=prefix, **common)
+    cases += portcheck.matrix(shapes=weighted, value_classes=("random", "edges"), prefix=prefix + "w ", **common)
     return cases
 
 

@@ -54,11 +54,11 @@ def flaky(x):
 
 
 def cases():
-    return portcheck.matrix(shapes=[(2, 64)], value_classes=("random", "nan_inf"))
+    return portcheck.matrix(shapes=[(2, 64)], value_classes=("random", "nan_inf"), strides=("contiguous",))
 
 
 def package_cases():
-    """``gateup [2, 768]`` for the package's silu_and_mul, both layouts."""
+    """``gateup [2, 768]`` for the package's silu_and_mul, both layouts, contiguous and row-padded."""
     return portcheck.matrix(
         shapes=[(2, 768)], value_classes=("random", "edges"), kwargs=({"interleaved": True}, {"interleaved": False})
     )

@@ -21,7 +21,7 @@ CASES = "portcheck_plants:cases"
 
 
 def check(port, value_classes=("random",), reference=None, **kw):
-    cases = portcheck.matrix(shapes=[(2, 64)], value_classes=value_classes)
+    cases = portcheck.matrix(shapes=[(2, 64)], value_classes=value_classes, strides=("contiguous",))
     return portcheck.run(plants.double, port, cases, reference=reference, code=False, **kw)
 
 
@@ -96,7 +96,7 @@ def test_the_package_op_against_itself_passes_with_poisoned_outputs_and_its_kern
     for c in cases:
         c.out = out
     report = portcheck.run(ik.silu_and_mul, ik.silu_and_mul, cases)
-    assert report.ok, report.to_markdown()
+    assert report.ok and {c["stride"] for c in report.cases} == {"contiguous", "row_padded"}, report.to_markdown()
     kernels = report.code["port"]
     assert kernels and kernels[0]["kernel"] == "silu_and_mul_interleaved_kernel"
     classes = kernels[0]["classes"]
@@ -115,8 +115,9 @@ def test_an_unwritten_output_element_shows_through_the_poison():
         return out
 
     cases = portcheck.matrix(shapes=[(2, 64)], value_classes=("random",), out=lambda a, k: torch.empty_like(a[0]))
+    assert [c.stride for c in cases] == ["contiguous", "row_padded"]
     report = portcheck.run(full, skips_one, cases, code=False)
-    assert not report.ok and report.cases[0]["mismatches"] == 64
+    assert not report.ok and [r["mismatches"] for r in report.cases] == [64, 64]
 
 
 def test_ulp_histogram_of_one_ulp_everywhere():
@@ -232,7 +233,7 @@ def test_generation_is_the_same_in_two_fresh_processes():
         subprocess.run([sys.executable, "-c", script], env=ENV, capture_output=True, text=True, check=True).stdout
         for _ in range(2)
     ]
-    assert runs[0] == runs[1] and len(runs[0].splitlines()) == 20
+    assert runs[0] == runs[1] and len(runs[0].splitlines()) == 40
     here = {c.name: portcheck.digest(c.build()) for c in portcheck.matrix(shapes=[(64, 96)])}
     assert all(f"{name} {d}" in runs[0] for name, d in here.items())
 
