@@ -96,6 +96,8 @@ from pathlib import Path
 
 import torch
 
+from .fp_fusion import digest as tensor_digest
+
 VALUE_CLASSES = ("random", "edges", "nan_inf", "subnormal", "ties")
 STRIDES = ("contiguous", "row_padded")
 ROW_PAD = 16
@@ -278,9 +280,7 @@ def digest(obj) -> str:
     h = hashlib.sha256()
     for t in _flatten(obj):
         if isinstance(t, torch.Tensor):
-            c = t.detach().cpu().contiguous()
-            h.update(f"{tuple(c.shape)} {c.dtype}".encode())
-            h.update(c.reshape(-1).view(torch.uint8).numpy().tobytes())
+            h.update(f"{tuple(t.shape)} {t.dtype} {tensor_digest(t)}".encode())
         else:
             h.update(repr(t).encode())
     return h.hexdigest()[:16]

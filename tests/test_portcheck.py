@@ -73,6 +73,16 @@ def test_other_dtypes_and_output_counts_are_mismatches():
     assert not row["ok"] and "output count differs" in row["outputs"][0]["problem"]
 
 
+def test_a_port_that_raises_is_a_failed_case_with_the_error():
+    def raises(x):
+        raise RuntimeError("no kernel for this shape")
+
+    report = check(raises)
+    row = report.cases[0]
+    assert not report.ok and row["error"] == "port raised RuntimeError: no kernel for this shape"
+    assert "| error |" in report.to_markdown() and "no kernel for this shape" in report.to_markdown()
+
+
 def test_a_nondeterministic_port_is_caught_by_the_rerun():
     report = check(plants.flaky)
     row = report.cases[0]
