@@ -156,6 +156,8 @@ def test_bad_arguments_name_the_argument():
         portcheck.matrix(shapes=[])
     with pytest.raises(ValueError, match="value_class"):
         portcheck.matrix(shapes=[(2, 2)], value_classes=("zeros",))
+    with pytest.raises(ValueError, match="subnormal"):
+        portcheck.values((4,), torch.float64, "subnormal")
     with pytest.raises(ValueError, match="stride"):
         portcheck.matrix(shapes=[(2, 2)], strides=("transposed",))
 
