@@ -250,7 +250,7 @@ def matrix(
                 for stride in strides:
                     for kw in kwargs:
                         for seed in seeds:
-                            label = " ".join(f"{k}={v}" for k, v in kw.items())
+                            label = " ".join(f"{k}={str(v).removeprefix('torch.')}" for k, v in kw.items())
                             dt = str(dtype).removeprefix("torch.")
                             name = f"{prefix}{_shape_label(shape)} {dt} {vc} {stride}{' ' + label if label else ''}"
                             name += f" seed={seed + len(cases)}"

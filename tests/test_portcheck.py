@@ -270,7 +270,7 @@ def test_capture_sees_interpreted_launches_sends_cuda_launchers_through_run_and_
 
 @pytest.mark.skipif(not helion_original.available(), reason=helion_original.INSTALL_HINT)
 def test_the_port_against_its_helion_original_on_two_cpu_cases():
-    """Two cases of ``portcheck_cases.cpu_cases`` (the CLI in docs/portcheck.md runs all 28):
+    """Two cases of ``portcheck_cases.cpu_cases`` (the CLI in docs/portcheck.md runs all 30):
     equal, the helion kernel's code beside the port's."""
     from inkling_workbook import portcheck_cases
 
