@@ -1,4 +1,4 @@
-"""``python -m inkling_workbook {check,bench,serving,steps,fp8-steps,fusion,figures,results,info}``."""
+"""``python -m inkling_workbook {check,portcheck,bench,serving,steps,fp8-steps,fusion,figures,results,info}``."""
 
 from __future__ import annotations
 
@@ -153,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="JSON output (default data/bitwise_<device>.json)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(fn=_check)
+    from . import portcheck
+
+    portcheck.add_parser(sub)
     p = sub.add_parser("bench", help="benchmark sweep (GPU only)")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--cold-l2", action="store_true", help="also time with rotating buffers (cold L2)")

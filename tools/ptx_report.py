@@ -5,7 +5,6 @@ then reads the PTX Triton left in the cache, assembles each with ``ptxas -v`` fo
 registers and spills, and counts PTX opcodes. Writes one JSON file (argument 1).
 """
 
-import collections
 import json
 import os
 import re
@@ -18,20 +17,9 @@ import torch
 from inkling_kernels import silu_and_mul
 from inkling_workbook import provenance
 from inkling_workbook.helion_original import silu_and_mul_helion
+from inkling_workbook.portcheck import opcode_mix
 
 CASE = {"M": 384, "N": 1024, "interleaved": True, "weighted": True}
-
-
-def opcode_mix(ptx: str) -> dict:
-    counts = collections.Counter()
-    for line in ptx.splitlines():
-        line = line.strip()
-        if not line or line.startswith(("//", ".", "{", "}", "$", "@$")) and not line.startswith("@"):
-            continue
-        m = re.match(r"(?:@!?%p\d+\s+)?([a-z][\w.]*)", line)
-        if m:
-            counts[m.group(1)] += 1
-    return dict(counts.most_common())
 
 
 def ptxas(ptx_path: Path) -> dict:

@@ -17,11 +17,7 @@ from __future__ import annotations
 
 import collections
 import json
-import os
-import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import triton
@@ -29,6 +25,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from inkling_kernels import _fp8_kernel as fp8_mod
+from inkling_workbook.portcheck import registers, sass_opcodes
 
 INTS = ["stride_xe", "stride_xm", "stride_qe", "stride_qm", "stride_we", "stride_wm", "stride_se", "stride_sm"]
 INTS += ["stride_sg", "E"]
@@ -80,19 +77,6 @@ MASKED_VARIANTS = {
 }
 
 
-def cuobjdump(compiled, flag: str) -> str:
-    """Triton's own cuobjdump run with ``flag`` over a compiled program's cubin."""
-    tool = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.cubin")
-        Path(path).write_bytes(compiled.asm["cubin"])
-        return subprocess.run([str(tool), flag, path], capture_output=True, text=True, check=True).stdout
-
-
-def registers(compiled) -> int:
-    return int(re.search(r"REG:(\d+)", cuobjdump(compiled, "-res-usage")).group(1))
-
-
 def compile_program(warps=4, maxnreg=None, **over):
     sig = {"x_ptr": "*bf16", "w_ptr": "*fp32", "masked_m_ptr": "*i32", "q_ptr": "*u8", "s_ptr": "*fp32"}
     sig |= {"T": "i32", "T_PAD": "i32"} | dict.fromkeys(INTS, "i32")
@@ -119,14 +103,6 @@ def compile_program(warps=4, maxnreg=None, **over):
     attrs = {(i,): [["tt.divisibility", 16]] for i in [0, 1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15]}
     src = ASTSource(fp8_mod._fp8_group_kernel, sig, consts, attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
-
-
-def sass_opcodes(compiled) -> list[str]:
-    out = cuobjdump(compiled, "-sass")
-    lines = [line for line in out.splitlines() if re.match(r"\s+/\*[0-9a-f]{4}\*/", line)]
-    ops = [re.sub(r"^\s+/\*[0-9a-f]+\*/\s+(@!?U?P\w+\s+)?", "", line).split()[0].rstrip(";") for line in lines]
-    ops = [op for op in ops if op != "NOP"]
-    return ops[: ops.index("EXIT") + 1]
 
 
 def main(argv: list[str]) -> int:

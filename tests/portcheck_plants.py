@@ -1,0 +1,64 @@
+"""Planted ports for tests/test_portcheck.py: importable by name, so the CLI can run them in a
+fresh process (``python -m inkling_workbook portcheck portcheck_plants:double ...``)."""
+
+import torch
+
+from inkling_workbook import portcheck
+
+
+def double(x):
+    """The 'original': exact in bf16 (times 2), so a float64 reference rounds to the same bits."""
+    return x * 2
+
+
+def reference(x):
+    return x.double() * 2
+
+
+def flip_one_bit(x):
+    """Differs from ``double`` in one bit of element (0, 3)."""
+    out = double(x)
+    out.view(torch.int16)[0, 3] ^= 1
+    return out
+
+
+def move_nan(x):
+    """``double`` with its first NaN (if any) moved one element on (the element it leaves gets 0)."""
+    out = double(x).reshape(-1)
+    if not torch.isnan(out).any():
+        return out.view(x.shape)
+    at = int(torch.isnan(out).nonzero()[0])
+    out[at], out[(at + 1) % out.numel()] = 0.0, float("nan")
+    return out.view(x.shape)
+
+
+def shape_off_by_one(x):
+    return double(x)[:, :-1]
+
+
+def plus_one_ulp(x):
+    """Every element one representable value further from zero (bits + 1)."""
+    return (double(x).view(torch.int16) + 1).view(torch.bfloat16)
+
+
+_calls = [0]
+
+
+def flaky(x):
+    """Equal to ``double`` on odd calls; one bit flipped on every second call."""
+    _calls[0] += 1
+    out = double(x)
+    if _calls[0] % 2 == 0:
+        out.view(torch.int16)[0, 0] ^= 1
+    return out
+
+
+def cases():
+    return portcheck.matrix(shapes=[(2, 64)], value_classes=("random", "nan_inf"), strides=("contiguous",))
+
+
+def package_cases():
+    """``gateup [2, 768]`` for the package's silu_and_mul, both layouts, contiguous and row-padded."""
+    return portcheck.matrix(
+        shapes=[(2, 768)], value_classes=("random", "edges"), kwargs=({"interleaved": True}, {"interleaved": False})
+    )
