@@ -17,6 +17,7 @@
 #              the port step by step (notebook 02) -> data/port_steps_<gpu>.csv, .json, and the
 #              fused FP8 kernel step by step (notebook 07, checked then timed, ~1 minute)
 #              -> data/fp8_steps_<gpu>.csv, .json
+#   fp8steps   only that last part of serving (alone on the GPU)
 #   tests      the whole test suite on the GPU
 #   sanitize   compute-sanitizer memcheck over the kernel tests, then racecheck and initcheck
 #   bitwise    port vs helion matrix -> data/bitwise_<gpu>.json; NVFP4 fused == unfused ==
@@ -104,15 +105,15 @@ START=$SECONDS
 # pack: the records and notebooks written so far, into the tarball (rewritten after every phase)
 pack() { tar czf "$OUT_DIR/publish_$GPU.tar.gz" data notebooks/*.ipynb; }
 
-if want bench || want serving; then
+if want bench || want serving || want fp8steps; then
   echo "=== phase 1, alone on the GPU: benchmark, timing-method test, serving measurements ($(stamp))"
   want bench && run bench $PY -m inkling_workbook bench --cold-l2 --no-tune
   if want serving; then
     run timing "${PYTEST[@]}" -rs -s -m timing tests
     run serving $PY -m inkling_workbook serving
     run steps $PY -m inkling_workbook steps
-    run fp8steps $PY -m inkling_workbook fp8-steps --device cuda
   fi
+  (want serving || want fp8steps) && run fp8steps $PY -m inkling_workbook fp8-steps --device cuda
   show bench timing serving steps fp8steps
   pack
 fi
