@@ -562,6 +562,12 @@ def _poisoned_out(case: Case, device) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scales
 
 
+def _poison(out: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """Refill outputs from :func:`_poisoned_out` with the poison, padding included."""
+    out[0].view(torch.uint8).fill_(Q_POISON)
+    _storage_words(out[1]).fill_(S_POISON)
+
+
 def _storage_words(scales: torch.Tensor) -> torch.Tensor:
     """Every 32-bit word of the storage under ``scales`` (padding rows included), as int32."""
     return torch.empty(0, dtype=torch.int32, device=scales.device).set_(scales.untyped_storage())
@@ -671,8 +677,18 @@ def time_steps(device="cuda", cases=TIMED_CASES, passes: int | None = None) -> l
         kw = case.kwargs(device)
         calls = {s.name: (lambda s=s.name: run_step(s, gateup, out=out, **kw)) for s in STEPS}
         calls["package"] = lambda: silu_and_mul_fp8_group_quant(gateup, out=out, enable_pdl=False, **kw)
+        # every implementation checked on the very inputs it is timed on: raw bits equal to the package's
+        want = calls["package"]()
+        want = (want[0].view(torch.uint8).clone(), _storage_words(want[1]).clone())
+        for k, fn in calls.items():
+            _poison(out)
+            q, s = fn()
+            if not (torch.equal(q.view(torch.uint8), want[0]) and torch.equal(_storage_words(s), want[1])):
+                raise AssertionError(f"{k} on the timed inputs of {name}: bits differ from the package's")
         decode = lead[-1] <= bench.DECODE_MAX_M
-        n_passes = passes or (bench.DECODE_PASSES if decode else bench.OTHER_PASSES)
+        # five passes past decode, as the FP8 sweep (bench.FP8_PASSES): two left medians of the same
+        # kernel apart (step 5 launches step 4's kernel on 2-D inputs)
+        n_passes = passes or (bench.DECODE_PASSES if decode else bench.FP8_PASSES)
         timings = bench.time_calls(calls, n_passes)
         present = sum(masked) if masked is not None else lead[0] * (lead[1] if len(lead) == 2 else 1)
         clock = provenance.gpu_state().get("sm_clock_mhz")
@@ -704,7 +720,7 @@ def measure_steps(out: str | Path | None = None, device="cuda", cases=None, comm
         "method": "inkling_workbook.bench: GraphTimer (>= 100 calls, >= 1 ms a replay), time_interleaved",
         "rounds": bench.ROUNDS,
         "decode_passes": bench.DECODE_PASSES,
-        "other_passes": bench.OTHER_PASSES,
+        "other_passes": bench.FP8_PASSES,
         "l2": "warm (the same buffers every call)",
         "output_policy": "outputs preallocated, PDL off",
         "spread": "lowest and highest pass median",
