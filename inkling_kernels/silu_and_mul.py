@@ -213,12 +213,14 @@ def launch_config(M: int, N: int) -> LaunchConfig:
       programs. The call is latency-bound; smaller pieces finish sooner. From 24576 outputs
       (M * N, e.g. M = 8 at N = 3072, M = 16 at N = 1536) and N >= 1024: 1024 columns with 8
       warps, measured 4-11% faster with PDL at M = 8-16, N >= 1536 (and a tie
-      without PDL) on the H200 (``data/experiments/experiment_b_h200.json``).
+      without PDL) on the H200 (``data/tuning_log.md``, "FP8 with the hardware e4m3 conversion,
+      decode tiles, host checks").
     * Mid-size (64 < M <= 1024): still one row a program, with the widest power-of-two tile up
       to 1024 that divides N (no column mask). When none from 128 up does and N > 1024 (N = 2880):
       1024 columns with a column mask and 8 warps, measured at 1.99 us for
       333 x 2880 against 3.45 us for 256-column tiles (four times the programs), and 2.16 against
-      5.76 us with PDL (``data/experiments/experiment_d_h200.json``).
+      5.76 us with PDL (``data/tuning_log.md``, "the FP8 kernel's instruction count, the ragged
+      tile fallback").
     * Prefill (M > 1024): the same ``BLOCK_N`` and enough rows for about 2048 outputs (16 KB of
       bf16 traffic) a program, which amortizes the index math.
     * ``num_warps``: one warp per 256 outputs, between 4 and 8.
