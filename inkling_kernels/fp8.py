@@ -55,6 +55,9 @@ from ._fp8_launch import _fast_launch, _launch, _pdl_default
 from ._fp8_layout import (
     FP8_DTYPE,
     GROUP_SIZES,
+    SCALE_LAYOUTS,
+    _q_lead,
+    _resolve_layout,
     _check_flag,
     _check_group_size,
     _check_inputs_no_grad,
@@ -71,6 +74,7 @@ __all__ = [
     "ACT_NON_INTERLEAVED",
     "FP8_DTYPE",
     "GROUP_SIZES",
+    "SCALE_LAYOUTS",
     "empty_scales",
     "fp8_group_quant",
     "silu_and_mul_fp8_group_quant",
@@ -85,6 +89,7 @@ def fp8_group_quant(
     column_major_scales: bool = False,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
     enable_pdl: bool | None = None,
+    scale_layout: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize ``x`` to FP8 e4m3 per token and group of ``group_size`` elements
     (:data:`~inkling_kernels.reference.FP8_GROUP_FORMULA`).
@@ -106,27 +111,28 @@ def fp8_group_quant(
         strides ``(G * Tp, 1, Tp)`` with ``Tp = round_up(T, 4)``. ``x ~= q * scales`` per group.
     """
     if torch.compiler.is_compiling():
-        return _via_ops("fp8_group_quant", (x,), out, group_size, scale_ue8m0, column_major_scales, enable_pdl)
+        return _via_ops(
+            "fp8_group_quant", (x,), out, group_size, scale_ue8m0, column_major_scales, enable_pdl, scale_layout
+        )
+    layout = _resolve_layout(scale_layout, column_major_scales)
     plan_key = None
-    fast = _fast_launch(x, ACT_NONE, None, None, group_size, scale_ue8m0, column_major_scales, out, enable_pdl)
-    if fast is not None:
-        if fast[0] is not None:
-            return fast
-        _, plan_key, out = fast  # no plan yet: the general path launches and records it
+    if layout in ("row", "tma"):  # the compiled hot path knows these two
+        fast = _fast_launch(x, ACT_NONE, None, None, group_size, scale_ue8m0, layout == "tma", out, enable_pdl)
+        if fast is not None:
+            if fast[0] is not None:
+                return fast
+            _, plan_key, out = fast  # no plan yet: the general path launches and records it
     _check_tensor_nd("x", x, FLOAT_DTYPES)
     _check_rows("x", x)
     _check_flag("scale_ue8m0", scale_ue8m0)
-    _check_flag("column_major_scales", column_major_scales)
     N = x.shape[-1]
     G = _check_group_size(group_size, N, "x's last dimension")
     _check_inputs_no_grad(x=x)
     lead = tuple(x.shape[:-1])
     if out is not None:
-        out = _check_out(out, lead, N, G, column_major_scales, x.device, {"x": x})
+        out = _check_out(out, lead, N, G, layout, x.device, {"x": x})
     pdl = _pdl_default(x.device, enable_pdl)
-    return _launch(
-        x, ACT_NONE, lead, N, G, group_size, None, None, scale_ue8m0, column_major_scales, out, pdl, plan_key
-    )
+    return _launch(x, ACT_NONE, lead, N, G, group_size, None, None, scale_ue8m0, layout, out, pdl, plan_key)
 
 
 def silu_and_mul_fp8_group_quant(
@@ -140,6 +146,7 @@ def silu_and_mul_fp8_group_quant(
     masked_m: torch.Tensor | None = None,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
     enable_pdl: bool | None = None,
+    scale_layout: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``fp8_group_quant(silu_and_mul(gateup, topk_weights, interleaved=...), ...)`` in one
     kernel, bit for bit, with no intermediate tensor.
@@ -173,12 +180,14 @@ def silu_and_mul_fp8_group_quant(
             column_major_scales,
             enable_pdl,
             masked_m,
+            scale_layout,
         )
+    layout = _resolve_layout(scale_layout, column_major_scales)
     plan_key = None
-    if interleaved is True or interleaved is False:
+    if (interleaved is True or interleaved is False) and layout in ("row", "tma"):
         act = ACT_INTERLEAVED if interleaved else ACT_NON_INTERLEAVED
         fast = _fast_launch(
-            gateup, act, topk_weights, masked_m, group_size, scale_ue8m0, column_major_scales, out, enable_pdl
+            gateup, act, topk_weights, masked_m, group_size, scale_ue8m0, layout == "tma", out, enable_pdl
         )
         if fast is not None:
             if fast[0] is not None:
@@ -188,7 +197,6 @@ def silu_and_mul_fp8_group_quant(
     _check_rows("gateup", gateup)
     _check_flag("interleaved", interleaved)
     _check_flag("scale_ue8m0", scale_ue8m0)
-    _check_flag("column_major_scales", column_major_scales)
     if gateup.shape[-1] % 2:
         raise ValueError(f"gateup's last dimension must be even (2N: gate and up halves), got {gateup.shape[-1]}")
     N = gateup.shape[-1] // 2
@@ -212,12 +220,11 @@ def silu_and_mul_fp8_group_quant(
     _check_inputs_no_grad(gateup=gateup, topk_weights=topk_weights)
     if out is not None:
         inputs = {"gateup": gateup, "topk_weights": topk_weights, "masked_m": masked_m}
-        out = _check_out(out, lead, N, G, column_major_scales, gateup.device, inputs)
+        out = _check_out(out, lead, N, G, layout, gateup.device, inputs)
     pdl = _pdl_default(gateup.device, enable_pdl)
     act = ACT_INTERLEAVED if interleaved else ACT_NON_INTERLEAVED
     return _launch(
-        gateup, act, lead, N, G, group_size, topk_weights, masked_m, scale_ue8m0, column_major_scales, out, pdl,
-        plan_key,
+        gateup, act, lead, N, G, group_size, topk_weights, masked_m, scale_ue8m0, layout, out, pdl, plan_key,
     )  # fmt: skip
 
 
@@ -225,22 +232,31 @@ def silu_and_mul_fp8_group_quant(
 # torch.ops.inkling registration
 
 
-def _via_ops(name, inputs, out, group_size, ue8m0, column_major, enable_pdl, masked_m=None):
+def _via_ops(name, inputs, out, group_size, ue8m0, column_major, enable_pdl, masked_m=None, scale_layout=None):
     ops = torch.ops.inkling
     extra = (masked_m,) if masked_m is not None or name.startswith("silu") else ()
     if out is None:
-        return getattr(ops, name)(*inputs, group_size, ue8m0, column_major, *extra, enable_pdl)
-    getattr(ops, name + "_out")(*inputs, out[0], out[1], group_size, ue8m0, column_major, *extra, enable_pdl)
+        return getattr(ops, name)(*inputs, group_size, ue8m0, column_major, *extra, enable_pdl, scale_layout)
+    getattr(ops, name + "_out")(
+        *inputs, out[0], out[1], group_size, ue8m0, column_major, *extra, enable_pdl, scale_layout
+    )
     return out[0], out[1]
 
 
-def _quant_impl(x, group_size=128, scale_ue8m0=False, column_major_scales=False, enable_pdl=None):
+def _quant_impl(x, group_size=128, scale_ue8m0=False, column_major_scales=False, enable_pdl=None, scale_layout=None):
     return fp8_group_quant(
-        x, group_size, scale_ue8m0=scale_ue8m0, column_major_scales=column_major_scales, enable_pdl=enable_pdl
+        x,
+        group_size,
+        scale_ue8m0=scale_ue8m0,
+        column_major_scales=column_major_scales,
+        enable_pdl=enable_pdl,
+        scale_layout=scale_layout,
     )
 
 
-def _quant_out_impl(x, q, scales, group_size=128, scale_ue8m0=False, column_major_scales=False, enable_pdl=None):
+def _quant_out_impl(
+    x, q, scales, group_size=128, scale_ue8m0=False, column_major_scales=False, enable_pdl=None, scale_layout=None
+):
     fp8_group_quant(
         x,
         group_size,
@@ -248,13 +264,18 @@ def _quant_out_impl(x, q, scales, group_size=128, scale_ue8m0=False, column_majo
         column_major_scales=column_major_scales,
         out=(q, scales),
         enable_pdl=enable_pdl,
+        scale_layout=scale_layout,
     )
 
 
-def _quant_fake(x, group_size=128, scale_ue8m0=False, column_major_scales=False, enable_pdl=None):
-    lead = tuple(x.shape[:-1])
-    q = torch.empty(x.shape, dtype=FP8_DTYPE, device=x.device)
-    return q, empty_scales(lead, x.shape[-1] // group_size, column_major_scales, x.device)
+def _fake_outputs(lead, N, group_size, column_major_scales, scale_layout, device):
+    layout = _resolve_layout(scale_layout, column_major_scales)
+    q = torch.empty((*_q_lead(lead, layout), N), dtype=FP8_DTYPE, device=device)
+    return q, empty_scales(lead, N // group_size, layout, device)
+
+
+def _quant_fake(x, group_size=128, scale_ue8m0=False, column_major_scales=False, enable_pdl=None, scale_layout=None):
+    return _fake_outputs(tuple(x.shape[:-1]), x.shape[-1], group_size, column_major_scales, scale_layout, x.device)
 
 
 def _fused_impl(
@@ -266,6 +287,7 @@ def _fused_impl(
     column_major_scales=False,
     masked_m=None,
     enable_pdl=None,
+    scale_layout=None,
 ):
     return silu_and_mul_fp8_group_quant(
         gateup,
@@ -276,6 +298,7 @@ def _fused_impl(
         column_major_scales=column_major_scales,
         masked_m=masked_m,
         enable_pdl=enable_pdl,
+        scale_layout=scale_layout,
     )
 
 
@@ -290,6 +313,7 @@ def _fused_out_impl(
     column_major_scales=False,
     masked_m=None,
     enable_pdl=None,
+    scale_layout=None,
 ):
     silu_and_mul_fp8_group_quant(
         gateup,
@@ -301,6 +325,7 @@ def _fused_out_impl(
         masked_m=masked_m,
         out=(q, scales),
         enable_pdl=enable_pdl,
+        scale_layout=scale_layout,
     )
 
 
@@ -313,27 +338,27 @@ def _fused_fake(
     column_major_scales=False,
     masked_m=None,
     enable_pdl=None,
+    scale_layout=None,
 ):
     lead = tuple(gateup.shape[:-1])
-    N = gateup.shape[-1] // 2
-    q = torch.empty((*lead, N), dtype=FP8_DTYPE, device=gateup.device)
-    return q, empty_scales(lead, N // group_size, column_major_scales, gateup.device)
+    return _fake_outputs(lead, gateup.shape[-1] // 2, group_size, column_major_scales, scale_layout, gateup.device)
 
 
 def _register() -> None:
     from ._library import register_op
 
     opts = "int group_size=128, bool scale_ue8m0=False, bool column_major_scales=False"
-    quant_schema = f"(Tensor x, {opts}, bool? enable_pdl=None) -> (Tensor, Tensor)"
+    tail = "bool? enable_pdl=None, str? scale_layout=None"
+    quant_schema = f"(Tensor x, {opts}, {tail}) -> (Tensor, Tensor)"
     register_op("fp8_group_quant", quant_schema, _quant_impl, _quant_fake)
     register_op(
         "fp8_group_quant_out",
-        f"(Tensor x, Tensor(a!) q, Tensor(b!) scales, {opts}, bool? enable_pdl=None) -> ()",
+        f"(Tensor x, Tensor(a!) q, Tensor(b!) scales, {opts}, {tail}) -> ()",
         _quant_out_impl,
         lambda *args, **kwargs: None,
     )
     fused_in = "Tensor gateup, Tensor? topk_weights, bool interleaved"
-    fused_tail = f"{opts}, Tensor? masked_m=None, bool? enable_pdl=None"
+    fused_tail = f"{opts}, Tensor? masked_m=None, {tail}"
     register_op(
         "silu_and_mul_fp8_group_quant",
         f"({fused_in}, {fused_tail}) -> (Tensor, Tensor)",
