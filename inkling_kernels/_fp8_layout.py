@@ -183,7 +183,9 @@ def _check_out(out, lead, N: int, G: int, layout, device, inputs: dict) -> tuple
         )
     shape, _, _ = _scale_shape(tuple(lead), G, layout)
     if tuple(scales.shape) != shape:
-        raise ValueError(f"out[1] (scales) must have shape {shape} for scale_layout={layout!r}, got {tuple(scales.shape)}")
+        raise ValueError(
+            f"out[1] (scales) must have shape {shape} for scale_layout={layout!r}, got {tuple(scales.shape)}"
+        )
     column_major = layout != "row"
     unit = -2 if column_major else -1  # the dimension that must be contiguous
     if scales.shape[unit] > 1 and scales.stride(unit) != 1:

@@ -56,14 +56,14 @@ from ._fp8_layout import (
     FP8_DTYPE,
     GROUP_SIZES,
     SCALE_LAYOUTS,
-    _q_lead,
-    _resolve_layout,
     _check_flag,
     _check_group_size,
     _check_inputs_no_grad,
     _check_out,
     _check_rows,
     _check_tensor_nd,
+    _q_lead,
+    _resolve_layout,
     empty_scales,
 )
 from ._validate import FLOAT_DTYPES, check_same_device, check_tensor
