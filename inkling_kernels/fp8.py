@@ -112,8 +112,9 @@ def fp8_group_quant(
     """
     if torch.compiler.is_compiling():
         return _via_ops(
-            "fp8_group_quant", (x,), out, group_size, scale_ue8m0, column_major_scales, enable_pdl, scale_layout
-        )
+            "fp8_group_quant", (x,), out, group_size, scale_ue8m0, column_major_scales, enable_pdl,
+            scale_layout=scale_layout,
+        )  # fmt: skip
     layout = _resolve_layout(scale_layout, column_major_scales)
     plan_key = None
     if layout in ("row", "tma"):  # the compiled hot path knows these two

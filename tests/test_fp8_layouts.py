@@ -253,15 +253,17 @@ def test_registered_ops_and_compile_fullgraph(gen):
     q, s = torch.ops.inkling.fp8_group_quant(x, 128, False, False, None, "cublas")
     assert tuple(q.shape) == (8, 256) and s.stride() == (1, 8)
 
-    def f(x, gu):
+    def f(x, gu, out):
         a = fp8_group_quant(x, scale_layout="cublas")
         b = silu_and_mul_fp8_group_quant(gu, scale_layout="ue8m0_packed")
-        c = fp8_group_quant(x, scale_layout="ue8m0_packed", out=_poisoned_out((5,), 256, 2, "ue8m0_packed", "cpu"))
+        c = fp8_group_quant(x, scale_layout="ue8m0_packed", out=out)
         return a, b, c
 
     torch._dynamo.reset()
-    got = torch.compile(f, fullgraph=True, backend="aot_eager")(x, gu)
-    want = f(x, gu)
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(
+        x, gu, _poisoned_out((5,), 256, 2, "ue8m0_packed", "cpu")
+    )
+    want = f(x, gu, _poisoned_out((5,), 256, 2, "ue8m0_packed", "cpu"))
     for (q, s), (rq, rs) in zip(got, want, strict=True):
         assert tuple(q.shape) == tuple(rq.shape) and tuple(s.shape) == tuple(rs.shape) and s.dtype == rs.dtype
         assert torch.equal(_bits(q), _bits(rq)) and torch.equal(_bits(s), _bits(rs))
