@@ -44,6 +44,16 @@ Layouts (``G = N // group_size``):
   buffer, ``Tp = round_up(T, 4)``, padding rows zero. With ``masked_m[E]`` (fused op), rows
   ``t >= masked_m[e]`` are neither read nor written (values are clamped to ``[0, T]`` on the
   device; nothing is read back on the host).
+
+``scale_layout=`` names the layout by its consumer (the formula:
+:data:`inkling_kernels.reference.FP8_SCALE_LAYOUT_FORMULA`, built by plain torch ops in
+:func:`~inkling_kernels.reference.fp8_scales_in_layout_ref`): ``"row"`` (the default), ``"tma"``
+(the column-major layout above; ``column_major_scales=True`` is its alias), ``"cublas"`` (q and the
+scales padded to ``Mp`` rows, what ``torch._scaled_mm``'s blockwise scaling accepts for every M)
+and ``"ue8m0_packed"`` (DeepGEMM's sm_100 layout: UE8M0 exponent bytes four to an int32, MN-major).
+Each is written by the kernel's own stores (strides, zeroed padding rows and bytes, byte stores
+of the exponents): no extra pass, and fused == unfused bit for bit in every layout. The compiled
+hot path (``_fast_launch``) serves ``"row"`` and ``"tma"``; the other two take the general path.
 """
 
 from __future__ import annotations
@@ -100,15 +110,37 @@ def fp8_group_quant(
             within a row contiguous.
         group_size: elements sharing a scale, a power of two from 16 to 1024 (default 128).
         scale_ue8m0: round each scale up to a power of two (``2 ** ceil(log2(s))``).
-        column_major_scales: scales stored transposed, rows padded to a multiple of 4 with zeros.
-        out: optional preallocated ``(q, scales)`` in exactly the layout returned.
+        column_major_scales: scales stored transposed, rows padded to a multiple of 4 with zeros
+            (an alias of ``scale_layout="tma"``; ``True`` with any other ``scale_layout`` raises).
+        out: optional preallocated ``(q, scales)`` in exactly the layout returned (shape, dtype,
+            the unit-stride dimension; checked before the launch).
         enable_pdl: launch with programmatic dependent launch; ``None``: on for CUDA devices of
             compute capability >= 9, off on CPU.
+        scale_layout: the layout of q and the scales, by consumer (``None``: ``"tma"`` if
+            ``column_major_scales`` else ``"row"``); ``Mp = round_up(M, 4)``, ``G = N // group_size``:
+
+            * ``"row"``: q ``[M, N]``; scales fp32 ``[M, G]`` contiguous.
+            * ``"tma"``: q ``[M, N]``; scales fp32 ``[M, G]``, strides ``(1, Mp)``, a view of a
+              ``[G, Mp]`` buffer whose padding rows are zero (DeepGEMM on Hopper, TMA grouped GEMMs).
+            * ``"cublas"``: q ``[Mp, N]`` (rows ``M..Mp-1`` zero bytes); scales fp32 ``[Mp, G]``,
+              strides ``(1, Mp)`` (padding rows' scale 0): what ``torch._scaled_mm``'s blockwise
+              1x128 scaling accepts for every M. Pass both whole and keep rows ``[:M]`` of the
+              product; ``q[:M]``, ``scales[:M]`` are the ``"tma"`` result.
+            * ``"ue8m0_packed"``: ue8m0 scales implied (whatever ``scale_ue8m0`` says); q
+              ``[M, N]``; scales int32 ``[M, ceil(G / 4)]``, strides ``(1, Mp)``, a view of a
+              ``[ceil(G / 4), Mp]`` buffer: byte ``j`` (little-endian, lowest first) of word
+              ``(m, k)`` is the exponent ``bits(s) >> 23`` of group ``4k + j``; padding groups and
+              rows are zero bytes (DeepGEMM's MN-major TMA-aligned packed UE8M0 layout, sm_100).
+
+            3-D inputs ``[E, T, ...]``: each expert laid out as the 2-D case with ``T`` rows,
+            ``Tp = round_up(T, 4)``, at expert stride of its storage (q ``[E, Tp, N]`` for
+            ``"cublas"``; scales strides ``(cols * Tp, 1, Tp)`` for the column-major layouts).
 
     Returns:
-        ``q``: float8_e4m3fn, ``x``'s shape. ``scales``: fp32 ``[M, G]`` (``G = N // group_size``)
-        contiguous, or strides ``(1, round_up(M, 4))``; for 3-D ``[E, T, G]`` contiguous, or
-        strides ``(G * Tp, 1, Tp)`` with ``Tp = round_up(T, 4)``. ``x ~= q * scales`` per group.
+        ``q``: float8_e4m3fn, ``x``'s shape (``"cublas"``: rows padded). ``scales``: as
+        ``scale_layout`` says; by default fp32 ``[M, G]`` contiguous, or with
+        ``column_major_scales=True`` strides ``(1, round_up(M, 4))``; for 3-D ``[E, T, G]``
+        contiguous, or strides ``(G * Tp, 1, Tp)``. ``x ~= q * scales`` per group.
     """
     if torch.compiler.is_compiling():
         return _via_ops(
@@ -165,11 +197,13 @@ def silu_and_mul_fp8_group_quant(
             scales keep whatever ``out`` held; in a freshly allocated output they are
             uninitialized). Values are clamped to ``[0, T]`` in the kernel; the tensor is never
             read on the host (CUDA-graph safe).
-        group_size, scale_ue8m0, column_major_scales, out, enable_pdl: as :func:`fp8_group_quant`.
+        group_size, scale_ue8m0, column_major_scales, out, enable_pdl, scale_layout: as
+            :func:`fp8_group_quant` (every layout, 2-D and 3-D; with ``masked_m`` the absent rows
+            are left alone in every layout, the padding rows and bytes are written).
 
     Returns:
-        ``(q, scales)``: q float8_e4m3fn ``[M, N]`` or ``[E, T, N]``; scales as
-        :func:`fp8_group_quant` returns them for that shape.
+        ``(q, scales)``: q float8_e4m3fn ``[M, N]`` or ``[E, T, N]`` (``"cublas"``: ``[Mp, N]`` or
+        ``[E, Tp, N]``); scales as :func:`fp8_group_quant` returns them for that shape and layout.
     """
     if torch.compiler.is_compiling():
         return _via_ops(
