@@ -14,6 +14,7 @@ import pytest
 import torch
 from conftest import DEVICE, gpu_only, poisoned, randn
 
+from inkling_kernels import _fp8_launch as fp8_launch
 from inkling_kernels import fp8_group_quant, silu_and_mul, silu_and_mul_fp8_group_quant
 from inkling_kernels.fp8 import SCALE_LAYOUTS, empty_scales
 from inkling_kernels.reference import (
@@ -128,10 +129,23 @@ def test_fused_equals_unfused_equals_reference_3d(layout, T, dtype, gen):
             assert torch.equal(_storage(s2, layout, (T,), G).cpu(), want)
 
 
+TILES = (None, (1, 1, 4), (2, 2, 4))  # the interpreter's tile; the GPU's shapes (several group tiles)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_masked_rows_untouched_padding_written(layout, gen):
+@pytest.mark.parametrize("tile", TILES)
+@pytest.mark.parametrize("work_list", [False, True])
+def test_masked_rows_untouched_padding_written(layout, tile, work_list, gen, monkeypatch):
     """With masked_m, rows t >= masked_m[e] keep what ``out`` held in every layout; the padding rows
-    (t >= T) and padding bytes are written; present rows match the reference."""
+    (t >= T) and padding bytes are written; present rows match the reference. On the interpreter's
+    tiles and on the GPU's (``tile``: rows, groups, warps a program; several group tiles, only the
+    last zeroes the packed padding bytes), one program a tile slot or the work list."""
+    if tile is not None:
+        monkeypatch.setattr(fp8_launch, "_launch_config", lambda rows, G, group, interpreted: tile)
+    monkeypatch.setattr(fp8_launch, "_resident_programs", lambda device, interpreted: 0 if work_list else 10**6)
+    seen = []
+    launch = fp8_launch._launch_kernel
+    monkeypatch.setattr(fp8_launch, "_launch_kernel", lambda g, d, i, a, kw: seen.append(kw) or launch(g, d, i, a, kw))
     E, T, N, group = 3, 5, 384, 128
     G = N // group
     gu = randn((E, T, 2 * N), torch.bfloat16, gen, DEVICE)
@@ -144,6 +158,7 @@ def test_masked_rows_untouched_padding_written(layout, gen):
     )
     qb, rqb = _bits(q).cpu(), _bits(ref_q).cpu()
     st, rst = _storage(s, layout, (E, T), G).cpu(), _storage(ref_s, layout, (E, T), G).cpu()
+    assert [kw["WORK_LIST"] for kw in seen] == [work_list]
     rows_q = qb.shape[1]
     for e, n in enumerate(mm.tolist()):
         assert torch.equal(qb[e, :n], rqb[e, :n])
@@ -180,7 +195,10 @@ def _independent_packing(rs: torch.Tensor) -> list[list[int]]:
 
 @pytest.mark.parametrize("M", MS)
 @pytest.mark.parametrize("group,N", [(128, 384), (64, 256), (64, 320), (32, 1024)])
-def test_packed_ue8m0_words_bit_by_bit(M, group, N, gen):
+@pytest.mark.parametrize("tile", TILES)
+def test_packed_ue8m0_words_bit_by_bit(M, group, N, tile, gen, monkeypatch):
+    if tile is not None:
+        monkeypatch.setattr(fp8_launch, "_launch_config", lambda rows, G, group, interpreted: tile)
     G = N // group
     x = randn((M, N), torch.bfloat16, gen, DEVICE, scale=5.0)
     x[0, :group] = 0  # an all-zero group: the eps scale
@@ -306,3 +324,31 @@ def test_gpu_cublas_layout_feeds_scaled_mm(M, transposed, gen):
         out = torch._scaled_mm(qw, q.t(), scale_a=sw, scale_b=s.t(), out_dtype=torch.bfloat16).t()[:M]
     err = (out.float() - ref).norm() / ref.norm()
     assert err < 1e-2, f"relative error {err:.3g}"
+
+
+@pytest.mark.parametrize("layout", [1, 2])
+@pytest.mark.parametrize("N,warp_redux", [(384, False), (512, True)])
+def test_each_layout_compiles_for_sm90(layout, N, warp_redux):
+    """The compiled program of the "cublas" (1) and "ue8m0_packed" (2) stores builds for sm_90 (on
+    the CPU, no GPU needed), with the decode switches on, and stores bytes for the packed words."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from inkling_kernels import _fp8_kernel
+    from inkling_kernels.fp8 import ACT_INTERLEAVED
+
+    jit = _fp8_kernel._fp8_group_kernel
+    consts = dict(
+        N=N, GROUP=128, ACT=ACT_INTERLEAVED, HAS_WEIGHT=True, HAS_MASK=False, UE8M0=layout == 2, BLOCK_M=1,
+        BLOCK_G=N // 128 if warp_redux else 1, E_POW2=1, WORK_LIST=False, PACK_E_BITS=0, PACK_CNT_BITS=0,
+        INT64=False, USE_PDL=False, HW=True, SPLIT_DIV=True, PAIR_WORDS=True, FTZ_EXP=2, BF16_BITS=True,
+        FAST_SCALE=True, WARP_REDUX=warp_redux, SCALE_ASM=True, PAD_ROWS=True, SCALE_LAYOUT=layout,
+    )  # fmt: skip
+    ptrs = {"x_ptr": "*bf16", "w_ptr": "*fp32", "masked_m_ptr": "*bf16", "q_ptr": "*u8"}
+    ptrs["s_ptr"] = "*i32" if layout == 2 else "*fp32"
+    sig = {n: "constexpr" if n in consts else ptrs.get(n, "i32") for n in jit.arg_names}
+    ptx = triton.compile(ASTSource(jit, sig, consts, {}), target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+    assert "st.global" in ptx
+    if layout == 2:
+        assert "st.global.b8" in ptx or "st.global.u8" in ptx
