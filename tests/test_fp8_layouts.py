@@ -197,9 +197,11 @@ def _independent_packing(rs: torch.Tensor) -> list[list[int]]:
 @pytest.mark.parametrize("group,N", [(128, 384), (64, 256), (64, 320), (32, 1024)])
 @pytest.mark.parametrize("tile", TILES)
 def test_packed_ue8m0_words_bit_by_bit(M, group, N, tile, gen, monkeypatch):
-    if tile is not None:
-        monkeypatch.setattr(fp8_launch, "_launch_config", lambda rows, G, group, interpreted: tile)
     G = N // group
+    if tile is not None:
+        if M > 16 or G > 5:
+            pytest.skip("the GPU's tiles on small shapes only (interpreter time: one program a tile)")
+        monkeypatch.setattr(fp8_launch, "_launch_config", lambda rows, G, group, interpreted: tile)
     x = randn((M, N), torch.bfloat16, gen, DEVICE, scale=5.0)
     x[0, :group] = 0  # an all-zero group: the eps scale
     _, s = fp8_group_quant(x, group, scale_layout="ue8m0_packed", out=_poisoned_out((M,), N, G, "ue8m0_packed", DEVICE))
