@@ -73,6 +73,7 @@ def _fp8_group_tile(
     WARP_REDUX: tl.constexpr,
     SCALE_ASM: tl.constexpr,
     PAD_ROWS: tl.constexpr,
+    SCALE_LAYOUT: tl.constexpr = 0,
 ):
     """One ``[BLOCK_M rows, BLOCK_G groups]`` tile of :func:`_fp8_group_kernel`."""
     G: tl.constexpr = N // GROUP
@@ -180,7 +181,12 @@ def _fp8_group_tile(
     else:
         q = _e4m3_signed(t).to(tl.uint8)
     q_off = e * stride_qe + rows[:, None, None] * stride_qm + cols
-    tl.store(q_ptr + q_off, q, mask=mask)
+    if SCALE_LAYOUT == 1:
+        # "cublas": q has the padding rows [T, T_PAD) too, written as zero bytes
+        q_mask = (valid | pad)[:, None, None] & g_ok[None, :, None]
+        tl.store(q_ptr + q_off, tl.where(valid[:, None, None], q, 0), mask=q_mask)
+    else:
+        tl.store(q_ptr + q_off, q, mask=mask)
     if WARP_REDUX:
         # every element holds its group's scale; back to one a group for the store (a butterfly
         # here, after the bytes' store, costs less than storing from this layout)
@@ -188,7 +194,25 @@ def _fp8_group_tile(
     s = tl.where(valid[:, None], s, 0.0)
     s_off = e * stride_se + rows[:, None] * stride_sm + g[None, :] * stride_sg
     s_mask = (valid | pad)[:, None] & g_ok[None, :]
-    if SCALE_ASM:
+    if SCALE_LAYOUT == 2:
+        # "ue8m0_packed": the exponent byte of each (power-of-two) scale, byte g % 4 of the int32
+        # word (row, g // 4) (little-endian), words at e * stride_se + row * stride_sm +
+        # (g // 4) * stride_sg; the padding bytes of the last word (groups [G, round_up(G, 4)))
+        # are written as zeros by the last group tile, padding rows as zero bytes (s = 0 there)
+        sb_ptr = s_ptr.to(tl.pointer_type(tl.uint8), bitcast=True)
+        byte = (s.to(tl.int32, bitcast=True) >> 23).to(tl.uint8)
+        w_row = e * stride_se + rows[:, None] * stride_sm
+        b_off = 4 * (w_row + (g[None, :] // 4) * stride_sg) + g[None, :] % 4
+        tl.store(sb_ptr + b_off, byte, mask=s_mask)
+        if G % 4 != 0:
+            G_TILES: tl.constexpr = (G + BLOCK_G - 1) // BLOCK_G
+            gp = G + tl.arange(0, 4)
+            last = (pid_g + tl.zeros((4,), dtype=tl.int32)) == G_TILES - 1  # the last group tile
+            gp_ok = (gp < (G + 3) // 4 * 4) & last
+            p_off = 4 * (w_row + (gp[None, :] // 4) * stride_sg) + gp[None, :] % 4
+            p_mask = (valid | pad)[:, None] & gp_ok[None, :]
+            tl.store(sb_ptr + p_off, tl.zeros((BLOCK_M, 4), dtype=tl.uint8), mask=p_mask)
+    elif SCALE_ASM:
         # stored from the layout the group maximum left it in (the threads holding a copy of a
         # scale all write the same word): tl.store would first move the scales through shared
         # memory into a layout of its own, with two barriers an item and two shared-memory
@@ -256,6 +280,9 @@ def _fp8_group_kernel(
     WARP_REDUX: tl.constexpr,  # compiled, one warp a group of 128: the group max by redux.sync
     SCALE_ASM: tl.constexpr,  # compiled: the scales stored by inline PTX from their own layout
     PAD_ROWS: tl.constexpr,  # T_PAD > T: padding scale rows to zero (and masked loads)
+    # 0: fp32 scales at the strides given (row / tma); 1 ("cublas"): also q's padding rows
+    # [T, T_PAD) as zero bytes; 2 ("ue8m0_packed"): exponent bytes packed four to an int32 word
+    SCALE_LAYOUT: tl.constexpr = 0,
 ):
     G: tl.constexpr = N // GROUP
     G_TILES: tl.constexpr = (G + BLOCK_G - 1) // BLOCK_G
@@ -298,7 +325,7 @@ def _fp8_group_kernel(
                 x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
                 stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
                 N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, SPLIT_DIV, PAIR_WORDS, FTZ_EXP,
-                BF16_BITS, FAST_SCALE, WARP_REDUX, SCALE_ASM, PAD_ROWS,
+                BF16_BITS, FAST_SCALE, WARP_REDUX, SCALE_ASM, PAD_ROWS, SCALE_LAYOUT,
             )  # fmt: skip
             t += tl.num_programs(0)
     else:
@@ -323,7 +350,7 @@ def _fp8_group_kernel(
                 x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
                 stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
                 N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, SPLIT_DIV, PAIR_WORDS, FTZ_EXP,
-                BF16_BITS, FAST_SCALE, WARP_REDUX, SCALE_ASM, PAD_ROWS,
+                BF16_BITS, FAST_SCALE, WARP_REDUX, SCALE_ASM, PAD_ROWS, SCALE_LAYOUT,
             )  # fmt: skip
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()

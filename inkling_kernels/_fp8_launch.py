@@ -9,7 +9,17 @@ import triton
 
 from . import _backend
 from ._fp8_kernel import ACT_INTERLEAVED, _fp8_group_kernel
-from ._fp8_layout import FP8_DTYPE, GROUP_SIZES, _canonical_scales, _round_up, _scale_shape, empty_scales
+from ._fp8_layout import (
+    _LAYOUT_CODE,
+    FP8_DTYPE,
+    GROUP_SIZES,
+    _canonical_scales,
+    _layout_name,
+    _q_lead,
+    _round_up,
+    _scale_shape,
+    empty_scales,
+)
 from .silu_and_mul import _ELEMENT_SIZE, INT32_LIMIT, _Tensor
 
 DECODE_ROWS = 64  # rows (tokens, per expert when masked) up to which a launch is a decode launch
@@ -181,17 +191,23 @@ def _pdl_default(device: torch.device, enable_pdl):
     return _backend.resolve_pdl(enable_pdl, device)
 
 
-def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, out, enable_pdl, plan_key=None):
+def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, layout, out, enable_pdl, plan_key=None):
+    """``layout``: a name of ``SCALE_LAYOUTS`` (or the ``column_major_scales`` bool): ``"row"`` and
+    ``"tma"`` are strides only; ``"cublas"`` also writes q's padding rows (zero bytes);
+    ``"ue8m0_packed"`` stores exponent bytes four to an int32 word (ue8m0 scales implied)."""
+    layout = _layout_name(layout)
     device = src.device
     E, T = (1, lead[0]) if len(lead) == 1 else lead
     if out is None:
-        q = torch.empty((*lead, N), dtype=FP8_DTYPE, device=device)
-        scales = empty_scales(lead, G, column_major, device)
+        q = torch.empty((*_q_lead(lead, layout), N), dtype=FP8_DTYPE, device=device)
+        scales = empty_scales(lead, G, layout, device)
     else:
         q, scales = out
     if E == 0 or T == 0:
         return q, scales
-    pad = column_major and (out is None or _canonical_scales(scales, lead, G, column_major))
+    column_major = layout != "row"
+    ue8m0 = ue8m0 or layout == "ue8m0_packed"
+    pad = layout == "cublas" or (column_major and (out is None or _canonical_scales(scales, lead, G, layout)))
     t_pad = _round_up(T, 4) if pad else T
     s_strides = tuple(scales.stride()) if scales.dim() == 3 else (0, *scales.stride())
     x3 = src if src.dim() == 3 else src.unsqueeze(0)
@@ -206,9 +222,11 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
     past = WORK_LIST_PAST if T > DECODE_ROWS else WORK_LIST_PAST_DECODE
     work_list = masked_m is not None and E * tiles > past * resident
     grid = (tiles, E)
-    s_extent = sum((n - 1) * st for n, st in zip((E, t_pad, G), s_strides, strict=True)) + 1
+    s_extent = sum((n - 1) * st for n, st in zip((E, t_pad, scales.shape[-1]), s_strides, strict=True)) + 1
+    if layout == "ue8m0_packed":
+        s_extent *= 4  # the kernel addresses the words' bytes
     int64 = (
-        max(E * max(x3.stride(0), 1), T * max(x3.stride(1), 1), E * q3.stride(0), T * q3.stride(1), s_extent)
+        max(E * max(x3.stride(0), 1), T * max(x3.stride(1), 1), E * q3.stride(0), q3.shape[1] * q3.stride(1), s_extent)
         >= INT32_LIMIT
     )
     # compiled: launch_pdl always named, as the thin launcher's first launch names it, so the
@@ -253,6 +271,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, column_major, 
         WORK_LIST=work_list,
         **_pack_bits(work_list, E, T, t_pad, block_m, -(-(N // group_size) // block_g)),
         PAD_ROWS=t_pad > T,
+        SCALE_LAYOUT=_LAYOUT_CODE[layout],
         INT64=int64,
         PAIR_WORDS=pair_words,
         USE_PDL=enable_pdl,

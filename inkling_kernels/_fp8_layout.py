@@ -55,14 +55,15 @@ def _self_overlapping(t: torch.Tensor) -> bool:
     return False
 
 
-def _canonical_scales(scales: torch.Tensor, lead, G: int, column_major: bool) -> bool:
+def _canonical_scales(scales: torch.Tensor, lead, G: int, layout) -> bool:
     """Whether ``scales`` is laid out exactly as the op allocates it, padding storage included:
-    then (column-major) the kernel also zero-fills the padding rows. Any other non-overlapping
-    layout (e.g. a copy torch.compile made) gets the values only."""
-    shape, strides, storage = _scale_shape(tuple(lead), G, column_major)
+    then (column-major layouts) the kernel also zero-fills the padding rows. Any other
+    non-overlapping layout (e.g. a copy torch.compile made) gets the values only. ``layout``: a
+    name of :data:`SCALE_LAYOUTS` (or a bool, ``column_major_scales``)."""
+    shape, strides, storage = _scale_shape(tuple(lead), G, layout)
     if any(sz > 1 and st != want for sz, st, want in zip(shape, scales.stride(), strides, strict=True)):
         return False
-    return scales.untyped_storage().nbytes() // 4 - scales.storage_offset() >= storage
+    return scales.untyped_storage().nbytes() // scales.element_size() - scales.storage_offset() >= storage
 
 
 def _meet(a: tuple[int, int], b: tuple[int, int]) -> bool:
@@ -70,25 +71,79 @@ def _meet(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] < b[1] and b[0] < a[1]
 
 
-def _scale_shape(lead: tuple[int, ...], G: int, column_major: bool) -> tuple[tuple[int, ...], tuple[int, ...], int]:
-    """(shape, strides, storage elements) of the scales for leading dims ``(M,)`` or ``(E, T)``."""
+#: the scale layouts of the FP8 ops (``scale_layout=``), named by their consumer
+#: (:data:`inkling_kernels.reference.FP8_SCALE_LAYOUT_FORMULA`)
+SCALE_LAYOUTS = ("row", "tma", "cublas", "ue8m0_packed")
+#: the kernel's ``SCALE_LAYOUT`` constexpr for each layout
+_LAYOUT_CODE = {"row": 0, "tma": 0, "cublas": 1, "ue8m0_packed": 2}
+
+
+def _layout_name(layout) -> str:
+    """A layout name from a name or from the old ``column_major_scales`` bool."""
+    if layout is True:
+        return "tma"
+    if layout is False:
+        return "row"
+    return layout
+
+
+def _resolve_layout(scale_layout, column_major_scales) -> str:
+    """The layout a call asks for: ``scale_layout`` if given, else ``"tma"`` for
+    ``column_major_scales=True`` (its alias), else ``"row"``; both given and inconsistent: ValueError."""
+    _check_flag("column_major_scales", column_major_scales)
+    if scale_layout is None:
+        return "tma" if column_major_scales else "row"
+    if not isinstance(scale_layout, str):
+        raise TypeError(f"scale_layout must be a str in {SCALE_LAYOUTS} or None, got {type(scale_layout).__name__}")
+    if scale_layout not in SCALE_LAYOUTS:
+        raise ValueError(f"scale_layout must be one of {SCALE_LAYOUTS} or None, got {scale_layout!r}")
+    if column_major_scales and scale_layout != "tma":
+        raise ValueError(
+            f"column_major_scales=True (an alias of scale_layout='tma') conflicts with scale_layout={scale_layout!r}: "
+            "pass only scale_layout"
+        )
+    return scale_layout
+
+
+def _q_lead(lead: tuple[int, ...], layout) -> tuple[int, ...]:
+    """q's leading dims: ``lead``, or with its row count padded to a multiple of 4 (``"cublas"``)."""
+    if _layout_name(layout) == "cublas":
+        return (*lead[:-1], _round_up(lead[-1], 4))
+    return tuple(lead)
+
+
+def _scale_dtype(layout) -> torch.dtype:
+    return torch.int32 if _layout_name(layout) == "ue8m0_packed" else torch.float32
+
+
+def _scale_shape(lead: tuple[int, ...], G: int, layout) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """(shape, strides, storage elements) of the scales for leading dims ``(M,)`` or ``(E, T)``
+    (``layout``: a name of :data:`SCALE_LAYOUTS` or the ``column_major_scales`` bool)."""
+    layout = _layout_name(layout)
     rows = lead[-1]
-    if not column_major:
+    if layout == "row":
         strides = (rows * G, G, 1) if len(lead) == 2 else (G, 1)
         return (*lead, G), strides, max(1, lead[0] * G * (rows if len(lead) == 2 else 1))
     rp = _round_up(rows, 4)
-    strides = (G * rp, 1, rp) if len(lead) == 2 else (1, rp)
-    return (*lead, G), strides, max(1, (lead[0] if len(lead) == 2 else 1) * G * rp)
+    cols = -(-G // 4) if layout == "ue8m0_packed" else G
+    strides = (cols * rp, 1, rp) if len(lead) == 2 else (1, rp)
+    shown = (*lead[:-1], rp) if layout == "cublas" else tuple(lead)
+    return (*shown, cols), strides, max(1, (lead[0] if len(lead) == 2 else 1) * cols * rp)
 
 
-def empty_scales(lead, G: int, column_major: bool, device) -> torch.Tensor:
-    """An uninitialised scale tensor in the layout the ops write (works on fake tensors too)."""
-    if not column_major:
+def empty_scales(lead, G: int, layout, device) -> torch.Tensor:
+    """An uninitialised scale tensor in the layout the ops write (works on fake tensors too);
+    ``layout``: a name of :data:`SCALE_LAYOUTS`, or a bool (``column_major_scales``)."""
+    layout = _layout_name(layout)
+    if layout == "row":
         return torch.empty((*lead, G), dtype=torch.float32, device=device)
     rp = _round_up(lead[-1], 4)
+    cols = -(-G // 4) if layout == "ue8m0_packed" else G
+    keep = rp if layout == "cublas" else lead[-1]
+    dtype = _scale_dtype(layout)
     if len(lead) == 1:
-        return torch.empty((G, rp), dtype=torch.float32, device=device).t()[: lead[0]]
-    return torch.empty((lead[0], G, rp), dtype=torch.float32, device=device).transpose(1, 2)[:, : lead[1]]
+        return torch.empty((cols, rp), dtype=dtype, device=device).t()[:keep]
+    return torch.empty((lead[0], cols, rp), dtype=dtype, device=device).transpose(1, 2)[:, :keep]
 
 
 def _check_inputs_no_grad(**named) -> None:
@@ -102,9 +157,8 @@ def _check_inputs_no_grad(**named) -> None:
             )
 
 
-def _check_out(
-    out, lead, N: int, G: int, column_major: bool, device, inputs: dict
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _check_out(out, lead, N: int, G: int, layout, device, inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    layout = _layout_name(layout)
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         raise TypeError("out must be a (q, scales) pair of tensors")
     q, scales = out
@@ -115,25 +169,36 @@ def _check_out(
             raise ValueError(f"{name} is on {t.device}, expected {device}")
     if q.dtype != FP8_DTYPE:
         raise TypeError(f"out[0] (q) must have dtype float8_e4m3fn, got {q.dtype}")
-    if tuple(q.shape) != (*lead, N):
-        raise ValueError(f"out[0] (q) must have shape {(*lead, N)}, got {tuple(q.shape)}")
+    q_shape = (*_q_lead(lead, layout), N)
+    if tuple(q.shape) != q_shape:
+        why = f" (scale_layout={layout!r}: rows padded to a multiple of 4)" if layout == "cublas" else ""
+        raise ValueError(f"out[0] (q) must have shape {q_shape}{why}, got {tuple(q.shape)}")
     if q.stride(-1) != 1 or _self_overlapping(q):
         raise ValueError(f"out[0] (q) must have unit stride in its last dimension and no overlap, got {q.stride()}")
-    if scales.dtype != torch.float32:
-        raise TypeError(f"out[1] (scales) must have dtype float32, got {scales.dtype}")
-    shape, _, _ = _scale_shape(tuple(lead), G, column_major)
+    dtype = _scale_dtype(layout)
+    if scales.dtype != dtype:
+        raise TypeError(
+            f"out[1] (scales) must have dtype {str(dtype).removeprefix('torch.')} for scale_layout={layout!r}, "
+            f"got {scales.dtype}"
+        )
+    shape, _, _ = _scale_shape(tuple(lead), G, layout)
     if tuple(scales.shape) != shape:
-        raise ValueError(f"out[1] (scales) must have shape {shape}, got {tuple(scales.shape)}")
+        raise ValueError(
+            f"out[1] (scales) must have shape {shape} for scale_layout={layout!r}, got {tuple(scales.shape)}"
+        )
+    column_major = layout != "row"
     unit = -2 if column_major else -1  # the dimension that must be contiguous
     if scales.shape[unit] > 1 and scales.stride(unit) != 1:
-        layout = "column-major (unit stride along rows)" if column_major else "row-major (unit stride along groups)"
-        raise ValueError(f"out[1] (scales) must be {layout}, got strides {tuple(scales.stride())}")
+        kind = "column-major (unit stride along rows)" if column_major else "row-major (unit stride along groups)"
+        raise ValueError(
+            f"out[1] (scales) must be {kind} for scale_layout={layout!r}, got strides {tuple(scales.stride())}"
+        )
     if _self_overlapping(scales):
         raise ValueError(f"out[1] (scales) elements overlap: strides {tuple(scales.stride())}")
     q_span, s_span = _span(q), _span(scales)  # each span once: this check runs on every call
-    if column_major and _canonical_scales(scales, lead, G, column_major):
+    if layout in ("tma", "ue8m0_packed") and _canonical_scales(scales, lead, G, layout):
         # the kernel also zero-fills the padding rows of such a buffer: they count as written
-        s_span = (s_span[0], s_span[0] + 4 * _scale_shape(tuple(lead), G, True)[2])
+        s_span = (s_span[0], s_span[0] + 4 * _scale_shape(tuple(lead), G, layout)[2])
     if _meet(q_span, s_span):
         raise ValueError("out[0] (q) and out[1] (scales) overlap in memory")
     for name, t in inputs.items():

@@ -44,6 +44,16 @@ Layouts (``G = N // group_size``):
   buffer, ``Tp = round_up(T, 4)``, padding rows zero. With ``masked_m[E]`` (fused op), rows
   ``t >= masked_m[e]`` are neither read nor written (values are clamped to ``[0, T]`` on the
   device; nothing is read back on the host).
+
+``scale_layout=`` names the layout by its consumer (the formula:
+:data:`inkling_kernels.reference.FP8_SCALE_LAYOUT_FORMULA`, built by plain torch ops in
+:func:`~inkling_kernels.reference.fp8_scales_in_layout_ref`): ``"row"`` (the default), ``"tma"``
+(the column-major layout above; ``column_major_scales=True`` is its alias), ``"cublas"`` (q and the
+scales padded to ``Mp`` rows, what ``torch._scaled_mm``'s blockwise scaling accepts for every M)
+and ``"ue8m0_packed"`` (DeepGEMM's sm_100 layout: UE8M0 exponent bytes four to an int32, MN-major).
+Each is written by the kernel's own stores (strides, zeroed padding rows and bytes, byte stores
+of the exponents): no extra pass, and fused == unfused bit for bit in every layout. The compiled
+hot path (``_fast_launch``) serves ``"row"`` and ``"tma"``; the other two take the general path.
 """
 
 from __future__ import annotations
@@ -55,12 +65,15 @@ from ._fp8_launch import _fast_launch, _launch, _pdl_default
 from ._fp8_layout import (
     FP8_DTYPE,
     GROUP_SIZES,
+    SCALE_LAYOUTS,
     _check_flag,
     _check_group_size,
     _check_inputs_no_grad,
     _check_out,
     _check_rows,
     _check_tensor_nd,
+    _q_lead,
+    _resolve_layout,
     empty_scales,
 )
 from ._validate import FLOAT_DTYPES, check_same_device, check_tensor
@@ -71,6 +84,7 @@ __all__ = [
     "ACT_NON_INTERLEAVED",
     "FP8_DTYPE",
     "GROUP_SIZES",
+    "SCALE_LAYOUTS",
     "empty_scales",
     "fp8_group_quant",
     "silu_and_mul_fp8_group_quant",
@@ -85,6 +99,7 @@ def fp8_group_quant(
     column_major_scales: bool = False,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
     enable_pdl: bool | None = None,
+    scale_layout: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize ``x`` to FP8 e4m3 per token and group of ``group_size`` elements
     (:data:`~inkling_kernels.reference.FP8_GROUP_FORMULA`).
@@ -95,38 +110,62 @@ def fp8_group_quant(
             within a row contiguous.
         group_size: elements sharing a scale, a power of two from 16 to 1024 (default 128).
         scale_ue8m0: round each scale up to a power of two (``2 ** ceil(log2(s))``).
-        column_major_scales: scales stored transposed, rows padded to a multiple of 4 with zeros.
-        out: optional preallocated ``(q, scales)`` in exactly the layout returned.
+        column_major_scales: scales stored transposed, rows padded to a multiple of 4 with zeros
+            (an alias of ``scale_layout="tma"``; ``True`` with any other ``scale_layout`` raises).
+        out: optional preallocated ``(q, scales)`` in exactly the layout returned (shape, dtype,
+            the unit-stride dimension; checked before the launch).
         enable_pdl: launch with programmatic dependent launch; ``None``: on for CUDA devices of
             compute capability >= 9, off on CPU.
+        scale_layout: the layout of q and the scales, by consumer (``None``: ``"tma"`` if
+            ``column_major_scales`` else ``"row"``); ``Mp = round_up(M, 4)``, ``G = N // group_size``:
+
+            * ``"row"``: q ``[M, N]``; scales fp32 ``[M, G]`` contiguous.
+            * ``"tma"``: q ``[M, N]``; scales fp32 ``[M, G]``, strides ``(1, Mp)``, a view of a
+              ``[G, Mp]`` buffer whose padding rows are zero (DeepGEMM on Hopper, TMA grouped GEMMs).
+            * ``"cublas"``: q ``[Mp, N]`` (rows ``M..Mp-1`` zero bytes); scales fp32 ``[Mp, G]``,
+              strides ``(1, Mp)`` (padding rows' scale 0): what ``torch._scaled_mm``'s blockwise
+              1x128 scaling accepts for every M. Pass both whole and keep rows ``[:M]`` of the
+              product; ``q[:M]``, ``scales[:M]`` are the ``"tma"`` result.
+            * ``"ue8m0_packed"``: ue8m0 scales implied (whatever ``scale_ue8m0`` says); q
+              ``[M, N]``; scales int32 ``[M, ceil(G / 4)]``, strides ``(1, Mp)``, a view of a
+              ``[ceil(G / 4), Mp]`` buffer: byte ``j`` (little-endian, lowest first) of word
+              ``(m, k)`` is the exponent ``bits(s) >> 23`` of group ``4k + j``; padding groups and
+              rows are zero bytes (DeepGEMM's MN-major TMA-aligned packed UE8M0 layout, sm_100).
+
+            3-D inputs ``[E, T, ...]``: each expert laid out as the 2-D case with ``T`` rows,
+            ``Tp = round_up(T, 4)``, at expert stride of its storage (q ``[E, Tp, N]`` for
+            ``"cublas"``; scales strides ``(cols * Tp, 1, Tp)`` for the column-major layouts).
 
     Returns:
-        ``q``: float8_e4m3fn, ``x``'s shape. ``scales``: fp32 ``[M, G]`` (``G = N // group_size``)
-        contiguous, or strides ``(1, round_up(M, 4))``; for 3-D ``[E, T, G]`` contiguous, or
-        strides ``(G * Tp, 1, Tp)`` with ``Tp = round_up(T, 4)``. ``x ~= q * scales`` per group.
+        ``q``: float8_e4m3fn, ``x``'s shape (``"cublas"``: rows padded). ``scales``: as
+        ``scale_layout`` says; by default fp32 ``[M, G]`` contiguous, or with
+        ``column_major_scales=True`` strides ``(1, round_up(M, 4))``; for 3-D ``[E, T, G]``
+        contiguous, or strides ``(G * Tp, 1, Tp)``. ``x ~= q * scales`` per group.
     """
     if torch.compiler.is_compiling():
-        return _via_ops("fp8_group_quant", (x,), out, group_size, scale_ue8m0, column_major_scales, enable_pdl)
+        return _via_ops(
+            "fp8_group_quant", (x,), out, group_size, scale_ue8m0, column_major_scales, enable_pdl,
+            scale_layout=scale_layout,
+        )  # fmt: skip
+    layout = _resolve_layout(scale_layout, column_major_scales)
     plan_key = None
-    fast = _fast_launch(x, ACT_NONE, None, None, group_size, scale_ue8m0, column_major_scales, out, enable_pdl)
-    if fast is not None:
-        if fast[0] is not None:
-            return fast
-        _, plan_key, out = fast  # no plan yet: the general path launches and records it
+    if layout in ("row", "tma"):  # the compiled hot path knows these two
+        fast = _fast_launch(x, ACT_NONE, None, None, group_size, scale_ue8m0, layout == "tma", out, enable_pdl)
+        if fast is not None:
+            if fast[0] is not None:
+                return fast
+            _, plan_key, out = fast  # no plan yet: the general path launches and records it
     _check_tensor_nd("x", x, FLOAT_DTYPES)
     _check_rows("x", x)
     _check_flag("scale_ue8m0", scale_ue8m0)
-    _check_flag("column_major_scales", column_major_scales)
     N = x.shape[-1]
     G = _check_group_size(group_size, N, "x's last dimension")
     _check_inputs_no_grad(x=x)
     lead = tuple(x.shape[:-1])
     if out is not None:
-        out = _check_out(out, lead, N, G, column_major_scales, x.device, {"x": x})
+        out = _check_out(out, lead, N, G, layout, x.device, {"x": x})
     pdl = _pdl_default(x.device, enable_pdl)
-    return _launch(
-        x, ACT_NONE, lead, N, G, group_size, None, None, scale_ue8m0, column_major_scales, out, pdl, plan_key
-    )
+    return _launch(x, ACT_NONE, lead, N, G, group_size, None, None, scale_ue8m0, layout, out, pdl, plan_key)
 
 
 def silu_and_mul_fp8_group_quant(
@@ -140,6 +179,7 @@ def silu_and_mul_fp8_group_quant(
     masked_m: torch.Tensor | None = None,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
     enable_pdl: bool | None = None,
+    scale_layout: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``fp8_group_quant(silu_and_mul(gateup, topk_weights, interleaved=...), ...)`` in one
     kernel, bit for bit, with no intermediate tensor.
@@ -157,11 +197,13 @@ def silu_and_mul_fp8_group_quant(
             scales keep whatever ``out`` held; in a freshly allocated output they are
             uninitialized). Values are clamped to ``[0, T]`` in the kernel; the tensor is never
             read on the host (CUDA-graph safe).
-        group_size, scale_ue8m0, column_major_scales, out, enable_pdl: as :func:`fp8_group_quant`.
+        group_size, scale_ue8m0, column_major_scales, out, enable_pdl, scale_layout: as
+            :func:`fp8_group_quant` (every layout, 2-D and 3-D; with ``masked_m`` the absent rows
+            are left alone in every layout, the padding rows and bytes are written).
 
     Returns:
-        ``(q, scales)``: q float8_e4m3fn ``[M, N]`` or ``[E, T, N]``; scales as
-        :func:`fp8_group_quant` returns them for that shape.
+        ``(q, scales)``: q float8_e4m3fn ``[M, N]`` or ``[E, T, N]`` (``"cublas"``: ``[Mp, N]`` or
+        ``[E, Tp, N]``); scales as :func:`fp8_group_quant` returns them for that shape and layout.
     """
     if torch.compiler.is_compiling():
         return _via_ops(
@@ -173,12 +215,14 @@ def silu_and_mul_fp8_group_quant(
             column_major_scales,
             enable_pdl,
             masked_m,
+            scale_layout,
         )
+    layout = _resolve_layout(scale_layout, column_major_scales)
     plan_key = None
-    if interleaved is True or interleaved is False:
+    if (interleaved is True or interleaved is False) and layout in ("row", "tma"):
         act = ACT_INTERLEAVED if interleaved else ACT_NON_INTERLEAVED
         fast = _fast_launch(
-            gateup, act, topk_weights, masked_m, group_size, scale_ue8m0, column_major_scales, out, enable_pdl
+            gateup, act, topk_weights, masked_m, group_size, scale_ue8m0, layout == "tma", out, enable_pdl
         )
         if fast is not None:
             if fast[0] is not None:
@@ -188,7 +232,6 @@ def silu_and_mul_fp8_group_quant(
     _check_rows("gateup", gateup)
     _check_flag("interleaved", interleaved)
     _check_flag("scale_ue8m0", scale_ue8m0)
-    _check_flag("column_major_scales", column_major_scales)
     if gateup.shape[-1] % 2:
         raise ValueError(f"gateup's last dimension must be even (2N: gate and up halves), got {gateup.shape[-1]}")
     N = gateup.shape[-1] // 2
@@ -212,12 +255,11 @@ def silu_and_mul_fp8_group_quant(
     _check_inputs_no_grad(gateup=gateup, topk_weights=topk_weights)
     if out is not None:
         inputs = {"gateup": gateup, "topk_weights": topk_weights, "masked_m": masked_m}
-        out = _check_out(out, lead, N, G, column_major_scales, gateup.device, inputs)
+        out = _check_out(out, lead, N, G, layout, gateup.device, inputs)
     pdl = _pdl_default(gateup.device, enable_pdl)
     act = ACT_INTERLEAVED if interleaved else ACT_NON_INTERLEAVED
     return _launch(
-        gateup, act, lead, N, G, group_size, topk_weights, masked_m, scale_ue8m0, column_major_scales, out, pdl,
-        plan_key,
+        gateup, act, lead, N, G, group_size, topk_weights, masked_m, scale_ue8m0, layout, out, pdl, plan_key,
     )  # fmt: skip
 
 
@@ -225,22 +267,31 @@ def silu_and_mul_fp8_group_quant(
 # torch.ops.inkling registration
 
 
-def _via_ops(name, inputs, out, group_size, ue8m0, column_major, enable_pdl, masked_m=None):
+def _via_ops(name, inputs, out, group_size, ue8m0, column_major, enable_pdl, masked_m=None, scale_layout=None):
     ops = torch.ops.inkling
     extra = (masked_m,) if masked_m is not None or name.startswith("silu") else ()
     if out is None:
-        return getattr(ops, name)(*inputs, group_size, ue8m0, column_major, *extra, enable_pdl)
-    getattr(ops, name + "_out")(*inputs, out[0], out[1], group_size, ue8m0, column_major, *extra, enable_pdl)
+        return getattr(ops, name)(*inputs, group_size, ue8m0, column_major, *extra, enable_pdl, scale_layout)
+    getattr(ops, name + "_out")(
+        *inputs, out[0], out[1], group_size, ue8m0, column_major, *extra, enable_pdl, scale_layout
+    )
     return out[0], out[1]
 
 
-def _quant_impl(x, group_size=128, scale_ue8m0=False, column_major_scales=False, enable_pdl=None):
+def _quant_impl(x, group_size=128, scale_ue8m0=False, column_major_scales=False, enable_pdl=None, scale_layout=None):
     return fp8_group_quant(
-        x, group_size, scale_ue8m0=scale_ue8m0, column_major_scales=column_major_scales, enable_pdl=enable_pdl
+        x,
+        group_size,
+        scale_ue8m0=scale_ue8m0,
+        column_major_scales=column_major_scales,
+        enable_pdl=enable_pdl,
+        scale_layout=scale_layout,
     )
 
 
-def _quant_out_impl(x, q, scales, group_size=128, scale_ue8m0=False, column_major_scales=False, enable_pdl=None):
+def _quant_out_impl(
+    x, q, scales, group_size=128, scale_ue8m0=False, column_major_scales=False, enable_pdl=None, scale_layout=None
+):
     fp8_group_quant(
         x,
         group_size,
@@ -248,13 +299,18 @@ def _quant_out_impl(x, q, scales, group_size=128, scale_ue8m0=False, column_majo
         column_major_scales=column_major_scales,
         out=(q, scales),
         enable_pdl=enable_pdl,
+        scale_layout=scale_layout,
     )
 
 
-def _quant_fake(x, group_size=128, scale_ue8m0=False, column_major_scales=False, enable_pdl=None):
-    lead = tuple(x.shape[:-1])
-    q = torch.empty(x.shape, dtype=FP8_DTYPE, device=x.device)
-    return q, empty_scales(lead, x.shape[-1] // group_size, column_major_scales, x.device)
+def _fake_outputs(lead, N, group_size, column_major_scales, scale_layout, device):
+    layout = _resolve_layout(scale_layout, column_major_scales)
+    q = torch.empty((*_q_lead(lead, layout), N), dtype=FP8_DTYPE, device=device)
+    return q, empty_scales(lead, N // group_size, layout, device)
+
+
+def _quant_fake(x, group_size=128, scale_ue8m0=False, column_major_scales=False, enable_pdl=None, scale_layout=None):
+    return _fake_outputs(tuple(x.shape[:-1]), x.shape[-1], group_size, column_major_scales, scale_layout, x.device)
 
 
 def _fused_impl(
@@ -266,6 +322,7 @@ def _fused_impl(
     column_major_scales=False,
     masked_m=None,
     enable_pdl=None,
+    scale_layout=None,
 ):
     return silu_and_mul_fp8_group_quant(
         gateup,
@@ -276,6 +333,7 @@ def _fused_impl(
         column_major_scales=column_major_scales,
         masked_m=masked_m,
         enable_pdl=enable_pdl,
+        scale_layout=scale_layout,
     )
 
 
@@ -290,6 +348,7 @@ def _fused_out_impl(
     column_major_scales=False,
     masked_m=None,
     enable_pdl=None,
+    scale_layout=None,
 ):
     silu_and_mul_fp8_group_quant(
         gateup,
@@ -301,6 +360,7 @@ def _fused_out_impl(
         masked_m=masked_m,
         out=(q, scales),
         enable_pdl=enable_pdl,
+        scale_layout=scale_layout,
     )
 
 
@@ -313,27 +373,27 @@ def _fused_fake(
     column_major_scales=False,
     masked_m=None,
     enable_pdl=None,
+    scale_layout=None,
 ):
     lead = tuple(gateup.shape[:-1])
-    N = gateup.shape[-1] // 2
-    q = torch.empty((*lead, N), dtype=FP8_DTYPE, device=gateup.device)
-    return q, empty_scales(lead, N // group_size, column_major_scales, gateup.device)
+    return _fake_outputs(lead, gateup.shape[-1] // 2, group_size, column_major_scales, scale_layout, gateup.device)
 
 
 def _register() -> None:
     from ._library import register_op
 
     opts = "int group_size=128, bool scale_ue8m0=False, bool column_major_scales=False"
-    quant_schema = f"(Tensor x, {opts}, bool? enable_pdl=None) -> (Tensor, Tensor)"
+    tail = "bool? enable_pdl=None, str? scale_layout=None"
+    quant_schema = f"(Tensor x, {opts}, {tail}) -> (Tensor, Tensor)"
     register_op("fp8_group_quant", quant_schema, _quant_impl, _quant_fake)
     register_op(
         "fp8_group_quant_out",
-        f"(Tensor x, Tensor(a!) q, Tensor(b!) scales, {opts}, bool? enable_pdl=None) -> ()",
+        f"(Tensor x, Tensor(a!) q, Tensor(b!) scales, {opts}, {tail}) -> ()",
         _quant_out_impl,
         lambda *args, **kwargs: None,
     )
     fused_in = "Tensor gateup, Tensor? topk_weights, bool interleaved"
-    fused_tail = f"{opts}, Tensor? masked_m=None, bool? enable_pdl=None"
+    fused_tail = f"{opts}, Tensor? masked_m=None, {tail}"
     register_op(
         "silu_and_mul_fp8_group_quant",
         f"({fused_in}, {fused_tail}) -> (Tensor, Tensor)",
