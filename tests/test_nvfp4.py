@@ -381,3 +381,48 @@ def test_unvalidated_offsets_stay_in_bounds(gen, device):
     ref = nvfp4_quant_experts_ref(x.cpu(), gs.cpu(), good.cpu())
     nvfp4_quant(x, gs, expert_offsets=good, out=(packed, scales))
     assert torch.equal(packed.cpu(), ref[0]) and torch.equal(scales[: ref[1].shape[0]].cpu(), ref[1])
+
+
+# ---- the consumer's formats: torch's cuBLAS block-scaling layout and float4_e2m1fn_x2 ---------
+
+
+def _torch_quantized():
+    """torch's own helpers for block-scaled formats (its test suite's, independent of ours)."""
+    from torch.testing._internal import common_quantized
+
+    return common_quantized
+
+
+@pytest.mark.parametrize("M,N", [(300, 1024), (1, 64), (129, 80)])
+def test_swizzled_scales_are_torchs_blocked_layout(M, N, gen, device):
+    """The swizzled scales are, byte for byte, torch's ``to_blocked`` (the layout cuBLAS's block
+    scaling reads, 128x4 tiles) of the same kernel's linear scales, padding included."""
+    cq = _torch_quantized()
+    gateup = randn((M, 2 * N), torch.bfloat16, gen, device)
+    gs = torch.tensor([448.0 * 6.0 / 3.0], device=device)
+    packed_sw, sw = silu_and_mul_nvfp4_quant(gateup, gs)
+    packed_lin, lin = silu_and_mul_nvfp4_quant(gateup, gs, swizzle=False)
+    assert torch.equal(packed_sw.view(torch.uint8), packed_lin.view(torch.uint8))
+    blocked = cq.to_blocked(lin.cpu().view(torch.float8_e4m3fn)).view(torch.uint8)
+    assert sw.numel() == blocked.numel() == 128 * -(-M // 128) * 4 * -(-(N // 16) // 4)
+    assert torch.equal(sw.cpu().reshape(-1), blocked)
+
+
+def test_packed_values_are_torchs_float4_e2m1fn_x2(gen, device):
+    """The packed bytes are what torch's own fp32 -> e2m1 rounding and uint4 packing make of the
+    formula's scaled values t = x * gs / s8 (step 6), low nibble first; viewed as
+    ``torch.float4_e2m1fn_x2`` (where torch has it) they keep their shape [M, N/2] and bytes."""
+    cq = _torch_quantized()
+    M, N = 64, 512
+    gateup = randn((M, 2 * N), torch.bfloat16, gen, device, scale=2.0)
+    act = silu_and_mul(gateup, interleaved=False).cpu().float()
+    gs = torch.tensor([448.0 * 6.0 / float(act.abs().max())])
+    packed, scales = silu_and_mul_nvfp4_quant(gateup, gs.to(device), swizzle=False)
+    s8 = scales.cpu().view(torch.float8_e4m3fn).float()  # [M, N/16]
+    mult = torch.where(s8 == 0, torch.zeros(()), gs / s8)  # step 5
+    t = act * mult.repeat_interleave(16, dim=1)  # step 6
+    want = cq.pack_uint4(cq._f32_to_floatx_unpacked(t, cq.FP4_EBITS, cq.FP4_MBITS))
+    assert torch.equal(packed.cpu().view(torch.uint8), want)
+    if hasattr(torch, "float4_e2m1fn_x2"):
+        as_fp4 = packed.view(torch.float4_e2m1fn_x2)
+        assert as_fp4.shape == (M, N // 2) and torch.equal(as_fp4.view(torch.uint8), packed.view(torch.uint8))
