@@ -17,6 +17,7 @@ from ._fp8_layout import (
     _layout_name,
     _q_lead,
     _round_up,
+    _row_multiple,
     _scale_shape,
     empty_scales,
 )
@@ -208,7 +209,7 @@ def _launch(src, act, lead, N, G, group_size, w, masked_m, ue8m0, layout, out, e
     column_major = layout != "row"
     ue8m0 = ue8m0 or layout == "ue8m0_packed"
     pad = layout == "cublas" or (column_major and (out is None or _canonical_scales(scales, lead, G, layout)))
-    t_pad = _round_up(T, 4) if pad else T
+    t_pad = _round_up(T, _row_multiple(layout)) if pad else T
     s_strides = tuple(scales.stride()) if scales.dim() == 3 else (0, *scales.stride())
     x3 = src if src.dim() == 3 else src.unsqueeze(0)
     q3 = q if q.dim() == 3 else q.unsqueeze(0)

@@ -105,10 +105,17 @@ def _resolve_layout(scale_layout, column_major_scales) -> str:
     return scale_layout
 
 
+def _row_multiple(layout) -> int:
+    """The column-major layouts' padded row count is a multiple of this: 4 (16-byte aligned fp32
+    columns, what TMA reads), 16 for ``"cublas"`` (``torch._scaled_mm`` wants every dimension of
+    its second operand divisible by 16, so q^T [K, Mp] passes in either operand order)."""
+    return 16 if _layout_name(layout) == "cublas" else 4
+
+
 def _q_lead(lead: tuple[int, ...], layout) -> tuple[int, ...]:
-    """q's leading dims: ``lead``, or with its row count padded to a multiple of 4 (``"cublas"``)."""
+    """q's leading dims: ``lead``, or with its row count padded to a multiple of 16 (``"cublas"``)."""
     if _layout_name(layout) == "cublas":
-        return (*lead[:-1], _round_up(lead[-1], 4))
+        return (*lead[:-1], _round_up(lead[-1], 16))
     return tuple(lead)
 
 
@@ -124,7 +131,7 @@ def _scale_shape(lead: tuple[int, ...], G: int, layout) -> tuple[tuple[int, ...]
     if layout == "row":
         strides = (rows * G, G, 1) if len(lead) == 2 else (G, 1)
         return (*lead, G), strides, max(1, lead[0] * G * (rows if len(lead) == 2 else 1))
-    rp = _round_up(rows, 4)
+    rp = _round_up(rows, _row_multiple(layout))
     cols = -(-G // 4) if layout == "ue8m0_packed" else G
     strides = (cols * rp, 1, rp) if len(lead) == 2 else (1, rp)
     shown = (*lead[:-1], rp) if layout == "cublas" else tuple(lead)
@@ -137,7 +144,7 @@ def empty_scales(lead, G: int, layout, device) -> torch.Tensor:
     layout = _layout_name(layout)
     if layout == "row":
         return torch.empty((*lead, G), dtype=torch.float32, device=device)
-    rp = _round_up(lead[-1], 4)
+    rp = _round_up(lead[-1], _row_multiple(layout))
     cols = -(-G // 4) if layout == "ue8m0_packed" else G
     keep = rp if layout == "cublas" else lead[-1]
     dtype = _scale_dtype(layout)
@@ -171,7 +178,7 @@ def _check_out(out, lead, N: int, G: int, layout, device, inputs: dict) -> tuple
         raise TypeError(f"out[0] (q) must have dtype float8_e4m3fn, got {q.dtype}")
     q_shape = (*_q_lead(lead, layout), N)
     if tuple(q.shape) != q_shape:
-        why = f" (scale_layout={layout!r}: rows padded to a multiple of 4)" if layout == "cublas" else ""
+        why = f" (scale_layout={layout!r}: rows padded to a multiple of 16)" if layout == "cublas" else ""
         raise ValueError(f"out[0] (q) must have shape {q_shape}{why}, got {tuple(q.shape)}")
     if q.stride(-1) != 1 or _self_overlapping(q):
         raise ValueError(f"out[0] (q) must have unit stride in its last dimension and no overlap, got {q.stride()}")

@@ -49,7 +49,7 @@ Layouts (``G = N // group_size``):
 :data:`inkling_kernels.reference.FP8_SCALE_LAYOUT_FORMULA`, built by plain torch ops in
 :func:`~inkling_kernels.reference.fp8_scales_in_layout_ref`): ``"row"`` (the default), ``"tma"``
 (the column-major layout above; ``column_major_scales=True`` is its alias), ``"cublas"`` (q and the
-scales padded to ``Mp`` rows, what ``torch._scaled_mm``'s blockwise scaling accepts for every M)
+scales padded to a multiple of 16 rows, what ``torch._scaled_mm``'s blockwise scaling accepts for every M)
 and ``"ue8m0_packed"`` (DeepGEMM's sm_100 layout: UE8M0 exponent bytes four to an int32, MN-major).
 Each is written by the kernel's own stores (strides, zeroed padding rows and bytes, byte stores
 of the exponents): no extra pass, and fused == unfused bit for bit in every layout. The compiled
@@ -117,15 +117,17 @@ def fp8_group_quant(
         enable_pdl: launch with programmatic dependent launch; ``None``: on for CUDA devices of
             compute capability >= 9, off on CPU.
         scale_layout: the layout of q and the scales, by consumer (``None``: ``"tma"`` if
-            ``column_major_scales`` else ``"row"``); ``Mp = round_up(M, 4)``, ``G = N // group_size``:
+            ``column_major_scales`` else ``"row"``); ``Mp = round_up(M, 4)`` (``"cublas"``:
+            ``round_up(M, 16)``), ``G = N // group_size``:
 
             * ``"row"``: q ``[M, N]``; scales fp32 ``[M, G]`` contiguous.
             * ``"tma"``: q ``[M, N]``; scales fp32 ``[M, G]``, strides ``(1, Mp)``, a view of a
               ``[G, Mp]`` buffer whose padding rows are zero (DeepGEMM on Hopper, TMA grouped GEMMs).
             * ``"cublas"``: q ``[Mp, N]`` (rows ``M..Mp-1`` zero bytes); scales fp32 ``[Mp, G]``,
               strides ``(1, Mp)`` (padding rows' scale 0): what ``torch._scaled_mm``'s blockwise
-              1x128 scaling accepts for every M. Pass both whole and keep rows ``[:M]`` of the
-              product; ``q[:M]``, ``scales[:M]`` are the ``"tma"`` result.
+              1x128 scaling accepts for every M, as either operand (``Mp % 16 == 0``). Pass both
+              whole and keep rows ``[:M]`` of the product; ``q[:M]``, ``scales[:M]`` hold the
+              ``"row"`` values.
             * ``"ue8m0_packed"``: ue8m0 scales implied (whatever ``scale_ue8m0`` says); q
               ``[M, N]``; scales int32 ``[M, ceil(G / 4)]``, strides ``(1, Mp)``, a view of a
               ``[ceil(G / 4), Mp]`` buffer: byte ``j`` (little-endian, lowest first) of word
@@ -133,7 +135,7 @@ def fp8_group_quant(
               rows are zero bytes (DeepGEMM's MN-major TMA-aligned packed UE8M0 layout, sm_100).
 
             3-D inputs ``[E, T, ...]``: each expert laid out as the 2-D case with ``T`` rows,
-            ``Tp = round_up(T, 4)``, at expert stride of its storage (q ``[E, Tp, N]`` for
+            ``Tp = round_up(T, 4)`` (``"cublas"``: 16), at expert stride of its storage (q ``[E, Tp, N]`` for
             ``"cublas"``; scales strides ``(cols * Tp, 1, Tp)`` for the column-major layouts).
 
     Returns:

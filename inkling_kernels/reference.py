@@ -408,18 +408,21 @@ FP8_SCALE_LAYOUTS = ("row", "tma", "cublas", "ue8m0_packed")
 FP8_SCALE_LAYOUT_FORMULA = """\
 Where the FP8 ops put q and the scales (scale_layout=...), named by the consumer that reads them.
 S[m, g] are the row-major scales of FP8_GROUP_FORMULA for rows m < M and groups g < G; Mp =
-round_up(M, 4). 3-D inputs [E, T, ...] are laid out expert by expert (M = T, Mp = Tp), each
-expert's block at a stride of its own storage; with masked_m, rows masked_m[e] <= t < T are neither
-read nor written in any layout (padding rows t >= T always are).
+round_up(M, 4), except in "cublas": round_up(M, 16). 3-D inputs [E, T, ...] are laid out expert
+by expert (M = T, Mp = Tp), each expert's block at a stride of its own storage; with masked_m,
+rows masked_m[e] <= t < T are neither read nor written in any layout (padding rows t >= T always
+are).
 
   row           q [M, N]; scales fp32 [M, G], strides (G, 1): S itself.
   tma           q [M, N]; scales fp32 [M, G], strides (1, Mp): a view of a [G, Mp] buffer B with
                 B[g, m] = S[m, g], B[g, m] = 0 for M <= m < Mp (TMA: 16-byte aligned columns).
                 column_major_scales=True is its alias.
   cublas        q [Mp, N], rows M..Mp-1 all zero bytes; scales fp32 [Mp, G], strides (1, Mp) (the
-                whole buffer B of "tma": padding rows' scale 0). torch._scaled_mm's blockwise
-                1x128 activation scales need exactly strides (1, rows): pass q and the scales
-                whole and keep rows [:M] of the product (or slice q[:M] for other uses).
+                whole buffer B of "tma", over 16-row padding: padding rows' scale 0).
+                torch._scaled_mm's blockwise 1x128 activation scales need exactly strides
+                (1, rows), and q^T as its second operand needs Mp % 16 == 0: pass q and the
+                scales whole, in either operand order, and keep rows [:M] of the product (or
+                slice q[:M] for other uses).
   ue8m0_packed  scales are ue8m0 (power of two, implied): byte(m, g) = bits(S[m, g]) >> 23, the
                 exponent. Gk = ceil(G / 4) words a row: scales int32 [M, Gk], strides (1, Mp), a
                 view of an int32 [Gk, Mp] buffer W with
@@ -441,7 +444,7 @@ def fp8_scales_in_layout_ref(scales: torch.Tensor, layout: str) -> torch.Tensor:
         return scales.contiguous()
     s3 = scales.unsqueeze(0) if scales.dim() == 2 else scales
     E, M, G = s3.shape
-    Mp = _round_up(M, 4)
+    Mp = _round_up(M, 16 if layout == "cublas" else 4)
     if layout == "ue8m0_packed":
         byte = (s3.contiguous().view(torch.int32) >> 23).to(torch.uint8)
         Gp = _round_up(G, 4)
@@ -461,11 +464,11 @@ def fp8_scales_in_layout_ref(scales: torch.Tensor, layout: str) -> torch.Tensor:
 
 def fp8_q_in_layout_ref(q: torch.Tensor, layout: str) -> torch.Tensor:
     """q ``[M, N]`` / ``[E, T, N]`` as ``layout`` returns it: itself, or for ``"cublas"`` with the
-    rows padded to a multiple of 4 by zero bytes."""
+    rows padded to a multiple of 16 by zero bytes."""
     if layout not in FP8_SCALE_LAYOUTS:
         raise ValueError(f"layout must be one of {FP8_SCALE_LAYOUTS}, got {layout!r}")
     if layout != "cublas":
         return q
     M = q.shape[-2]
-    pad = torch.zeros((*q.shape[:-2], _round_up(M, 4) - M, q.shape[-1]), dtype=torch.uint8, device=q.device)
+    pad = torch.zeros((*q.shape[:-2], _round_up(M, 16) - M, q.shape[-1]), dtype=torch.uint8, device=q.device)
     return torch.cat([q.view(torch.uint8), pad], dim=-2).view(torch.float8_e4m3fn)
