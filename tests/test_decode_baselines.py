@@ -1,0 +1,46 @@
+"""The sglang-config baseline of the decode sweep writes the port's bits (raw bits, both layouts,
+with and without per-row weights), and its configuration is the published table (issue 32)."""
+
+import pytest
+import torch
+from conftest import DEVICE, poisoned, randn
+
+from inkling_kernels.silu_and_mul import silu_and_mul
+from inkling_workbook import decode_baselines as db
+
+
+def test_sglang_table_and_its_rules():
+    c = db.sglang_config
+    assert (c(768, False).label, c(1024, False).label) == ("2x1024/8w", "1x1024/4w")
+    assert c(1536, False).label == c(3072, False).label == "4x512/8w"
+    assert c(1536, False).rule == "default rule"
+    assert (c(768, True).label, c(1024, True).label, c(2048, True).label) == ("16x128/8w", "1x1024/4w", "1x1024/4w")
+    assert c(1536, True).label == c(3072, True).label == "1x1024/4w"
+    assert c(3072, True).rule == "not listed: nearest listed N=2048"
+    assert c(1536, True).rule == "not listed: nearest listed N=1024"
+
+
+def test_decode_shapes_hold_every_row_of_the_issue():
+    keys = {(s.M, s.N, s.interleaved, s.weighted) for s in db.decode_shapes()}
+    issue = [
+        (1, 768, False, False), (1, 1536, False, False), (1, 3072, False, False), (4, 768, False, False),
+        (16, 768, False, False), (96, 1536, True, False), (384, 1024, True, True), (6144, 768, False, True),
+    ]  # fmt: skip
+    assert set(issue) <= keys
+    assert all(s.M <= 1024 or (s.M, s.N, s.interleaved, s.weighted) in db.EXTRA_SHAPES for s in db.decode_shapes())
+
+
+# (M, N, interleaved): every table entry and rule, masked rows (M below BLOCK_M) and masked columns
+CASES = [(1, 768, False), (3, 768, False), (2, 1024, False), (5, 1536, False), (1, 768, True), (17, 768, True),
+         (3, 1024, True), (2, 1536, True)]  # fmt: skip
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("M,N,il", CASES)
+def test_sglang_config_writes_the_ports_bits(M, N, il, weighted, gen):
+    x = randn((M, 2 * N), torch.bfloat16, gen, DEVICE, scale=4.0)
+    w = torch.rand(M, generator=gen).to(DEVICE) if weighted else None
+    want = silu_and_mul(x, w, interleaved=il, out=poisoned((M, N), torch.bfloat16, DEVICE))
+    got = db.silu_and_mul_sglang_config(x, w, interleaved=il, out=poisoned((M, N), torch.bfloat16, DEVICE))
+    assert not torch.isnan(got.float()).any()
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
