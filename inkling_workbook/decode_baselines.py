@@ -78,7 +78,7 @@ def sglang_config(N: int, interleaved: bool) -> TileConfig:
     return TileConfig(*SGLANG_TABLE[(True, near)], f"not listed: nearest listed N={near}")
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])  # as the port: one compilation per N, not per batch size
 def _sglang_config_kernel(
     gateup_ptr, weight_ptr, out_ptr, M, stride_in, stride_out,
     N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_N: tl.constexpr,

@@ -44,3 +44,30 @@ def test_sglang_config_writes_the_ports_bits(M, N, il, weighted, gen):
     got = db.silu_and_mul_sglang_config(x, w, interleaved=il, out=poisoned((M, N), torch.bfloat16, DEVICE))
     assert not torch.isnan(got.float()).any()
     assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+
+
+def test_the_decode_sweep_runs_end_to_end_on_the_cpu(monkeypatch, tmp_path):
+    """``run`` with the timer faked and the interpreter for the kernels: bits checked on the
+    timed inputs, every implementation a row, the CSV and its provenance JSON written."""
+    import json
+
+    from test_decode_candidates import _fake_time_calls
+
+    from inkling_workbook import bench, provenance
+
+    def buffers(shape, sets):
+        return [(torch.randn(shape.M, 2 * shape.N).bfloat16(), torch.rand(shape.M) if shape.weighted else None)]
+
+    monkeypatch.setattr(bench, "require_gpu", lambda: None)
+    monkeypatch.setattr(bench, "warm_clocks", lambda *a: {})
+    monkeypatch.setattr(bench, "time_calls", _fake_time_calls)
+    monkeypatch.setattr(bench, "_buffers", buffers)
+    monkeypatch.setattr(provenance, "gpu_state", lambda: {})
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    shapes = [bench.Shape(1, 768, False, False, "decode"), bench.Shape(5, 256, True, True, "mid")]
+    monkeypatch.setattr(db, "decode_shapes", lambda: shapes)
+    csv_path, json_path, rows = db.run(tmp_path)
+    assert csv_path == tmp_path / "data" / "decode_cpu.csv" and json_path.exists()
+    assert json.loads(json_path.read_text())["bits_equal_all"] is True
+    assert len(rows) == 2 * len(db.IMPLS)
+    assert "| M=5 N=256 interleaved, weights |" in db.summary(rows)
