@@ -295,7 +295,14 @@ SHAPES = [
     (1, 768, True, False), (4, 1536, True, False), (16, 3072, True, False),
 ]  # fmt: skip
 DEVICE = "cuda"  # the timing device (a CPU smoke test of the whole path sets "cpu")
-TOP_NO_PDL = 4  # fastest candidates per shape (PDL on) timed again without PDL, beside the port's
+TOP_NO_PDL = 4
+SWITCHES = (
+    "wait_at",
+    "trigger_at",
+    "masks",
+    "grid2d",
+    "w_hint",
+)  # fastest candidates per shape (PDL on) timed again without PDL, beside the port's
 
 
 def _label(M, N, il, wt):
@@ -337,28 +344,29 @@ def time_gpu(out_dir: Path, budget_s: float = 210.0) -> Path:
         got = silu_and_mul_sglang_config(x, w, interleaved=il, enable_pdl=True)
         bits["sglang_config_pdl"] = bool(torch.equal(got.view(torch.int16), want.view(torch.int16)))
         e = torch.empty(1, device=DEVICE)
-        calls = {"package_pdl": lambda: silu_and_mul(x, w, interleaved=il, enable_pdl=True)}
-        calls["sglang_config_pdl"] = lambda: silu_and_mul_sglang_config(x, w, interleaved=il, enable_pdl=True)
+        calls = {"package_pdl": lambda x=x, w=w: silu_and_mul(x, w, interleaved=il, enable_pdl=True)}
+        calls["sglang_config_pdl"] = lambda x=x, w=w: silu_and_mul_sglang_config(x, w, interleaved=il, enable_pdl=True)
         calls["empty_pdl"] = lambda: empty_pdl_call(e)
         for name, v in cands.items():
-            calls[name] = lambda v=v: run_variant(v, x, w, il, True)
+            calls[name] = lambda v=v, x=x, w=w: run_variant(v, x, w, il, True)
         timings = bench.time_calls(calls, bench.DECODE_PASSES)
         ranked = sorted(cands, key=lambda k: timings[k].median_us)[:TOP_NO_PDL]
-        off = {"package": lambda: silu_and_mul(x, w, interleaved=il, enable_pdl=False)}
+        off = {"package": lambda x=x, w=w: silu_and_mul(x, w, interleaved=il, enable_pdl=False)}
         for name in ranked:
-            off[f"{name}__nopdl"] = lambda v=CANDIDATES[name]: run_variant(v, x, w, il, False)
+            off[f"{name}__nopdl"] = lambda v=CANDIDATES[name], x=x, w=w: run_variant(v, x, w, il, False)
         timings |= bench.time_calls(off, bench.DECODE_PASSES)
         floor, port = timings["empty_pdl"].median_us, timings["package_pdl"]
         for name, t in timings.items():
             base = name.removesuffix("__nopdl")
             v = CANDIDATES.get(base)
-            tile = "x".join(map(str, tile_of(v, M, N, il)[:2])) + f"/{tile_of(v, M, N, il)[2]}w" if v else ""
+            tv = v or (CANDIDATES["v_port"] if base.startswith("package") else None)
+            tile = "{}x{}/{}w".format(*tile_of(tv, M, N, il)) if tv else ""
             per_pass = [statistics.median(t.samples[i : i + t.rounds]) for i in range(0, len(t.samples), t.rounds)]
             rows.append(
                 {
                     "M": M, "N": N, "layout": "il" if il else "nil", "weighted": wt,
                     "candidate": base, "pdl": not name.endswith("__nopdl") and name != "package",
-                    "tile": tile, **({k: getattr(v, k) for k in ("wait_at", "trigger_at", "masks", "grid2d", "w_hint")} if v else {}),
+                    "tile": tile, **({k: getattr(v, k) for k in SWITCHES} if v else {}),
                     **t.columns(bench.silu_bytes(M, N, wt) if not name.startswith("empty") else 0, 4),
                     "pass_medians_us": " ".join(f"{p:.4f}" for p in per_pass),
                     "above_empty_pdl_us": round(t.median_us - floor, 4),
@@ -390,7 +398,8 @@ def _print_table(rows):
         for r in rs:
             print(
                 f"  {r['candidate']:28s} pdl={int(r['pdl'])} {r['tile']:10s} {r['median_us']:.4f} "
-                f"[{r['lo_us']:.4f}, {r['hi_us']:.4f}] +{r['above_empty_pdl_us']:.3f} over empty  bits={r['bits_equal_package']}"
+                f"[{r['lo_us']:.4f}, {r['hi_us']:.4f}] +{r['above_empty_pdl_us']:.3f} over empty "
+                f"bits={r['bits_equal_package']}"
             )
 
 
