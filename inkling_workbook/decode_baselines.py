@@ -225,14 +225,23 @@ def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.view(torch.int16), b.view(torch.int16))
 
 
-def bench_decode(progress: bool = True) -> list[dict]:
+def bench_decode(progress: bool = True, budget_s: float | None = None, skipped: list | None = None) -> list[dict]:
+    """Every shape of :func:`decode_shapes`; past ``budget_s`` seconds no new shape is started
+    (its label goes to ``skipped``)."""
+    import time
+
     from tqdm.auto import tqdm
 
     from . import bench
 
     rows = []
+    t0 = time.perf_counter()
     it = tqdm(decode_shapes(), desc="decode/mid shapes", unit="shape", disable=not progress)
     for shape in it:
+        if budget_s is not None and time.perf_counter() - t0 > budget_s:
+            if skipped is not None:
+                skipped.append(shape.label)
+            continue
         it.set_postfix_str(shape.label)
         (x, w), nbytes = bench._buffers(shape, 1)[0], bench.silu_bytes(shape.M, shape.N, shape.weighted)
         calls = _shape_calls(shape, x, w)
@@ -281,8 +290,9 @@ def bench_decode(progress: bool = True) -> list[dict]:
     return rows
 
 
-def run(out_dir: str | Path, command=None) -> tuple[Path, Path, list[dict]]:
-    """The decode/mid sweep; writes ``out_dir/data/decode_<gpu>.csv`` and ``.json``."""
+def run(out_dir: str | Path, command=None, budget_s: float | None = 200.0) -> tuple[Path, Path, list[dict]]:
+    """The decode/mid sweep; writes ``out_dir/data/decode_<gpu>.csv`` and ``.json`` (shapes not
+    started within ``budget_s`` seconds are listed in the JSON's ``skipped_for_time``)."""
     from . import bench
 
     bench.require_gpu()
@@ -294,7 +304,9 @@ def run(out_dir: str | Path, command=None) -> tuple[Path, Path, list[dict]]:
                             for (il, n), v in SGLANG_TABLE.items()}  # fmt: skip
     meta["sglang_default_gate_up"] = TileConfig(*SGLANG_DEFAULT_GATE_UP, "").label
     meta["sglang_interleaved_unlisted"] = "nearest listed interleaved width's entry (smaller on a tie)"
-    rows = bench_decode()
+    skipped: list[str] = []
+    rows = bench_decode(budget_s=budget_s, skipped=skipped)
+    meta["skipped_for_time"] = skipped
     meta["bits_equal_all"] = all(r["bits_equal_port"] for r in rows if r["impl"].startswith("sglang"))
     meta["gpu_state_after"] = provenance.gpu_state()
     slug = provenance.device_slug()
