@@ -368,6 +368,7 @@ def time_gpu(out_dir: Path, budget_s: float = 210.0) -> Path:
                     "candidate": base, "pdl": not name.endswith("__nopdl") and name != "package",
                     "tile": tile, **({k: getattr(v, k) for k in SWITCHES} if v else {}),
                     **t.columns(bench.silu_bytes(M, N, wt) if not name.startswith("empty") else 0, 4),
+                    "median_of_pass_medians_us": round(statistics.median(per_pass), 4),
                     "pass_medians_us": " ".join(f"{p:.4f}" for p in per_pass),
                     "above_empty_pdl_us": round(t.median_us - floor, 4),
                     "vs_package_pdl": round(port.median_us / t.median_us, 4),
