@@ -354,6 +354,8 @@ def time_gpu(out_dir: Path, budget_s: float = 210.0) -> Path:
         off = {"package": lambda x=x, w=w: silu_and_mul(x, w, interleaved=il, enable_pdl=False)}
         for name in ranked:
             off[f"{name}__nopdl"] = lambda v=CANDIDATES[name], x=x, w=w: run_variant(v, x, w, il, False)
+            got = run_variant(CANDIDATES[name], x, w, il, False, out=torch.full_like(want, float("nan")))
+            bits[f"{name}__nopdl"] = bool(torch.equal(got.view(torch.int16), want.view(torch.int16)))
         timings |= bench.time_calls(off, bench.DECODE_PASSES)
         floor, port = timings["empty_pdl"].median_us, timings["package_pdl"]
         for name, t in timings.items():
@@ -373,7 +375,7 @@ def time_gpu(out_dir: Path, budget_s: float = 210.0) -> Path:
                     "above_empty_pdl_us": round(t.median_us - floor, 4),
                     "vs_package_pdl": round(port.median_us / t.median_us, 4),
                     "ties_package_pdl": bench.ties(t.lo_us, t.hi_us, port.lo_us, port.hi_us),
-                    "bits_equal_package": bits.get(base, ""),
+                    "bits_equal_package": bits.get(name, bits.get(base, "")),
                 }
             )  # fmt: skip
         del x, w, want, got
