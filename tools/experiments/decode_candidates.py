@@ -218,6 +218,9 @@ def positions(compiled) -> dict:
         "first_global_load": first(lambda op: op.startswith("LDG")),
         "first_global_store": first(lambda op: op.startswith("STG")),
     }
+    out["sass"]["memory_and_sync_ops"] = {
+        op: ops.count(op) for op in sorted(set(ops)) if op.startswith(("LDG", "STG", "BAR", "SHFL", "LDS", "STS"))
+    }
     w = out["sass"]["wait_index"]
     if w is not None:
         out["sass"]["ops_before_wait"] = " ".join(ops[:w])
