@@ -15,7 +15,7 @@ A copy of the port's kernel body (``inkling_kernels.silu_and_mul._silu_and_mul_t
   (row tiles, column tiles), no division.
 * ``W_HINT``: 0 = the port's ``evict_last`` on the per-row weights; 1 = no hint.
 * the tile and warps: the port's heuristic, the sglang table's (``decode_baselines.sglang_config``)
-  and fixed 1x512/4w, 1x1024/4w, 1x1024/8w.
+  and fixed 1x512/4w, 1x1024/4w, 1x1024/8w, and 1x256/1w (the port's grid, 8 elements a thread).
 
 Every variant writes the port's bits: ``tests/test_decode_candidates.py`` on the CPU (the
 interpreter: tiles, masks, grid; the wait and trigger are PDL-only instructions that move no
@@ -138,6 +138,9 @@ CANDIDATES = {
     "tile_1x512_4w": Variant("1x512/4w"),
     "tile_1x1024_4w": Variant("1x1024/4w"),
     "tile_1x1024_8w": Variant("1x1024/8w"),
+    # the port's grid with the public tile's per-thread width (8 bf16, 128-bit loads): grid size
+    # and vector width told apart
+    "tile_1x256_1w": Variant("1x256/1w"),
     "tile_sglang_trigger_early": Variant("sglang", trigger_at=1),
     "wait_top_trigger_early": Variant("port", wait_at=1, trigger_at=1),
     "weight_nohint": Variant("port", w_hint=1),  # weighted shapes only
