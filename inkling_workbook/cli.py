@@ -1,4 +1,4 @@
-"""``python -m inkling_workbook {check,portcheck,bench,serving,steps,fp8-steps,fusion,figures,results,info}``."""
+"""``python -m inkling_workbook {check,portcheck,bench,decode,serving,steps,fp8-steps,fusion,figures,results,info}``."""
 
 from __future__ import annotations
 
@@ -136,6 +136,16 @@ def _results(args) -> int:
     return 0
 
 
+def _decode(args) -> int:
+    from . import bench, decode_baselines
+
+    bench.require_gpu()
+    csv_path, json_path, rows = decode_baselines.run(args.out, budget_s=args.budget_s)
+    print(decode_baselines.summary(rows))
+    print(f"wrote {csv_path} and {json_path}")
+    return 0 if json.loads(Path(json_path).read_text())["bits_equal_all"] else 1
+
+
 def _info(args) -> int:
     print(json.dumps(provenance.collect(), indent=1))
     return 0
@@ -194,6 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", default=str(provenance.REPO_ROOT), help="the checkout holding the documents")
     p.add_argument("--data", help="the records (default ROOT/data)")
     p.set_defaults(fn=_results)
+    p = sub.add_parser(
+        "decode", help="decode/mid shapes: port vs the sglang-config baseline and the empty-kernel floor (GPU only)"
+    )
+    p.add_argument("--out", default=str(provenance.REPO_ROOT), help="writes OUT/data/decode_<gpu>.csv and .json")
+    p.add_argument("--budget-s", type=float, default=200.0, help="start no new shape after this many seconds")
+    p.set_defaults(fn=_decode)
     p = sub.add_parser("info", help="print device, versions and interpreter settings")
     p.set_defaults(fn=_info)
     args = parser.parse_args(argv)
