@@ -67,7 +67,7 @@ def test_the_decode_sweep_runs_end_to_end_on_the_cpu(monkeypatch, tmp_path):
     shapes = [bench.Shape(1, 768, False, False, "decode"), bench.Shape(5, 256, True, True, "mid")]
     monkeypatch.setattr(db, "decode_shapes", lambda: shapes)
     csv_path, json_path, rows = db.run(tmp_path)
-    assert csv_path == tmp_path / "data" / "decode_cpu.csv" and json_path.exists()
+    assert csv_path == tmp_path / "data" / f"decode_{provenance.device_slug()}.csv" and json_path.exists()
     meta = json.loads(json_path.read_text())
     assert meta["bits_equal_all"] is True and meta["skipped_for_time"] == []
     assert len(rows) == 2 * len(db.IMPLS)

@@ -188,9 +188,11 @@ def _opcodes(lines, drop=None):
 @pytest.mark.parametrize("interleaved", [True, False])
 def test_pdl_adds_only_grid_dependency_control_sm90(interleaved):
     """Compiled for sm_90 here (no GPU needed): USE_PDL=True adds exactly one griddepcontrol.wait
-    and one launch_dependents, the wait before the first global load and the signal after the last
-    store, and otherwise the same PTX as USE_PDL=False; launch_pdl reaches the kernel metadata the
-    CUDA launcher reads (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)."""
+    and one launch_dependents, the wait before the first global load and the signal right after
+    the wait (before any load: the next kernel launches while this one streams; its own wait
+    still holds it until this grid completes), and otherwise the same PTX as USE_PDL=False;
+    launch_pdl reaches the kernel metadata the CUDA launcher reads
+    (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)."""
     kernel = SILU_MOD.silu_and_mul_interleaved_kernel if interleaved else SILU_MOD.silu_and_mul_non_interleaved_kernel
     sig = {"gateup_ptr": "*bf16", "weight_ptr": "*fp32", "out_ptr": "*bf16", "M": "i32"}
     sig |= {"stride_in": "i32", "stride_out": "i32"}
@@ -204,7 +206,7 @@ def test_pdl_adds_only_grid_dependency_control_sm90(interleaved):
     loads = [i for i, line in enumerate(ptx_on) if line.startswith(("ld.global", "@")) and "ld.global" in line]
     stores = [i for i, line in enumerate(ptx_on) if "st.global" in line]
     assert len(waits) == 1 and len(signals) == 1 and loads and stores
-    assert waits[0] < min(loads) and signals[0] > max(stores)
+    assert waits[0] < signals[0] < min(loads)
     # the same instructions apart from the two (register numbers shift: the asm has a dummy output)
     assert _opcodes(ptx_on, drop="griddepcontrol") == _opcodes(ptx_off)
     assert on.metadata.launch_pdl and not off.metadata.launch_pdl

@@ -6,7 +6,7 @@ A copy of the port's kernel body (``inkling_kernels.silu_and_mul._silu_and_mul_t
 * ``WAIT_AT``: 0 = where the port has the grid dependency wait (after the index and mask math,
   before the first load); 1 = right after the program id is read, before any index math (the
   public kernel's place).
-* ``TRIGGER_AT``: 0 = ``gdc_launch_dependents`` after the store (the port and the public kernel);
+* ``TRIGGER_AT``: 0 = ``gdc_launch_dependents`` after the store (the port until issue 32, and the public kernel);
   1 = right after the wait (the next kernel may launch while this one loads; its own wait still
   waits for this grid to complete and flush); 2 = no explicit trigger (implicit at exit).
 * ``MASKS``: 0 = the port's static masks (``EVEN_M`` and ``EVEN_N`` remove theirs); 1 = the row
