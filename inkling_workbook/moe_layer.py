@@ -499,15 +499,17 @@ def run(
     shape: dict | None = None,
     device=None,
     compile_variants=("bf16", "fp8_fused"),
-    compile_budget_s: float = 150.0,
+    compile_layouts=("contiguous",),
+    compile_budget_s: float = 90.0,
     progress: bool = True,
     command=None,
 ) -> dict:
     """The benchmark (CUDA) or its CPU dry run: for each M and layout, accuracy against float64,
     fused == unfused on the timed inputs' activations (raw bits), then (CUDA only) the whole layer
     of each variant and the activation alone timed in CUDA graphs, interleaved; the layer under
-    ``torch.compile(fullgraph=True, dynamic=True)`` captured in a graph for ``compile_variants``
-    while the compile budget lasts. A failing variant records its error string. Writes
+    ``torch.compile(fullgraph=True, dynamic=True)`` captured in a graph for ``compile_variants`` in
+    ``compile_layouts`` while the compile budget lasts (where fullgraph fails, the error is kept
+    and ``fullgraph=False`` is compiled and timed instead). A failing variant records its error string. Writes
     ``out_dir/data/moe_layer_<device>.json`` and ``.csv``."""
     import json
     from pathlib import Path
@@ -603,30 +605,37 @@ def run(
 
         calls = {f"layer/{v}": (lambda v=v: layer_call(v)) for v in VARIANTS if v in outs}
         calls.update({f"activation/{v}": (lambda v=v: activation(gateup, v, mm)) for v in VARIANTS})
-        if compile_budget_s > compile_s:
+        if layout in compile_layouts:
             for v in compile_variants:
                 if v not in outs:
                     continue
+                if compile_s >= compile_budget_s:
+                    why = f"skipped: the compile budget ({compile_budget_s} s) is spent"
+                    doc["compile"].append({**base, "variant": v, "ok": None, "error": why})
+                    continue
                 tc = time.perf_counter()
-                rec = {**base, "variant": v, "mode": "torch.compile(fullgraph=True, dynamic=True)"}
-                try:
-                    fn = torch.compile(
-                        lambda x, v=v, layout=layout, plan=plan: layer_call(v, x, layout, plan),
-                        fullgraph=True,
-                        dynamic=True,
-                    )
-                    got = fn(x)
-                    torch.cuda.synchronize()
-                    same = torch.equal(got.view(torch.int16), outs[v].view(torch.int16))
-                    rec.update(ok=True, rel_err=rel_error(got, ref) if ref is not None else None, equal_to_eager=same)
-                    calls[f"compiled/{v}"] = lambda fn=fn, x=x: fn(x)
-                except Exception as e:  # noqa: BLE001
-                    rec.update(ok=False, error=_err(e))
+                rec = {**base, "variant": v}
+                for fullgraph in (True, False):  # fullgraph first; where it breaks, what works instead
+                    mode = f"torch.compile(fullgraph={fullgraph}, dynamic=True)"
+                    try:
+                        fn = torch.compile(
+                            lambda x, v=v, layout=layout, plan=plan: layer_call(v, x, layout, plan),
+                            fullgraph=fullgraph,
+                            dynamic=True,
+                        )
+                        got = fn(x)
+                        torch.cuda.synchronize()
+                        same = bool(torch.equal(got.view(torch.int16), outs[v].view(torch.int16)))
+                        err = rel_error(got, ref) if ref is not None else None
+                        rec.update(ok=True, mode=mode, rel_err=err, equal_to_eager=same)
+                        calls[f"compiled/{v}"] = lambda fn=fn, x=x: fn(x)
+                        break
+                    except Exception as e:  # noqa: BLE001
+                        rec.update(ok=False, mode=mode)
+                        rec["error" if fullgraph else "fallback_error"] = _err(e)
                 rec["compile_s"] = round(time.perf_counter() - tc, 2)
                 compile_s += rec["compile_s"]
                 doc["compile"].append(rec)
-        else:
-            doc["compile"].append({**base, "ok": None, "error": f"skipped: compile budget {compile_budget_s} s spent"})
         timers = {}
         for name, fn in calls.items():
             try:
@@ -664,3 +673,104 @@ def run(
     if doc["rows"]:
         bench.write_csv(doc["rows"], path.with_suffix(".csv"))
     return doc
+
+
+# ---- reading the record (notebook 08) ---------------------------------------------------------
+
+
+def load_record(path) -> dict | None:
+    """The benchmark's JSON record, or None where it is absent."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _fmt(r: dict) -> str:
+    return f"{r['median_us']:.1f} [{r['lo_us']:.1f}, {r['hi_us']:.1f}]"
+
+
+def timing_table(doc: dict):
+    """One row per (layout, M): each variant's layer time (median [lo, hi] us), the compiled
+    layers, the activation alone and its share of the layer, and the verdicts: fused vs
+    unfused (a tie where the ranges overlap), FP8 fused vs bf16."""
+    import pandas as pd
+
+    from .bench import ties
+
+    t = {(r["layout"], r["M"], r["kind"], r["variant"]): r for r in doc["rows"]}
+    out = []
+    for layout in doc["layouts"]:
+        for M in doc["Ms"]:
+            row = {"layout": layout, "M": M}
+            for v in doc["variants"]:
+                lay, act = t.get((layout, M, "layer", v)), t.get((layout, M, "activation", v))
+                row[f"{v} us"] = _fmt(lay) if lay else "-"
+                row[f"{v} act share"] = f"{act['median_us'] / lay['median_us']:.1%}" if lay and act else "-"
+            for v in ("bf16", "fp8_fused"):
+                c = t.get((layout, M, "compiled", v))
+                if c:
+                    row[f"compiled {v} us"] = _fmt(c)
+            f, u, b = (t.get((layout, M, "layer", v)) for v in ("fp8_fused", "fp8_unfused", "bf16"))
+            if f and u:
+                tie = ties(f["lo_us"], f["hi_us"], u["lo_us"], u["hi_us"])
+                row["fused / unfused"] = f"{f['median_us'] / u['median_us']:.3f}" + (" (tie)" if tie else "")
+            if f and b:
+                tie = ties(f["lo_us"], f["hi_us"], b["lo_us"], b["hi_us"])
+                row["fp8 fused / bf16"] = f"{f['median_us'] / b['median_us']:.3f}" + (" (tie)" if tie else "")
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+def accuracy_table(doc: dict):
+    """Relative Frobenius error against float64 by (layout, M) and variant, and the bound."""
+    import pandas as pd
+
+    df = pd.DataFrame(doc["accuracy"])
+    return df.pivot_table(index=["layout", "M"], columns="variant", values="rel_err")[list(doc["variants"])]
+
+
+def conclusions(doc: dict) -> list[str]:
+    """What the record says, as sentences computed from it: where the fusion pays (outside the
+    spread) and where not, where FP8 beats bf16 and where not, the activation's share."""
+    from .bench import ties
+
+    t = {(r["layout"], r["M"], r["kind"], r["variant"]): r for r in doc["rows"]}
+    lines = []
+    for layout in doc["layouts"]:
+        fusion, fp8, share = [], [], []
+        for M in doc["Ms"]:
+            f, u, b = (t.get((layout, M, "layer", v)) for v in ("fp8_fused", "fp8_unfused", "bf16"))
+            a = t.get((layout, M, "activation", "fp8_fused"))
+            if f and u:
+                saved = 1 - f["median_us"] / u["median_us"]
+                tie = ties(f["lo_us"], f["hi_us"], u["lo_us"], u["hi_us"])
+                fusion.append(f"M={M}: {saved:+.1%}" + (" (tie: ranges overlap)" if tie else ""))
+            if f and b:
+                gain = b["median_us"] / f["median_us"] - 1
+                tie = ties(f["lo_us"], f["hi_us"], b["lo_us"], b["hi_us"])
+                word = "tie" if tie else ("FP8 wins" if gain > 0 else "FP8 loses")
+                fp8.append(f"M={M}: {word} ({gain:+.1%})")
+            if a and f:
+                share.append(f"M={M}: {a['median_us'] / f['median_us']:.1%}")
+        if fusion:
+            lines.append(f"{layout}: the fusion saves of the whole FP8 layer: " + "; ".join(fusion))
+        if fp8:
+            lines.append(f"{layout}: FP8 fused against the bf16 layer: " + "; ".join(fp8))
+        if share:
+            lines.append(f"{layout}: the fused activation's share of the FP8 layer: " + "; ".join(share))
+    errs = {}
+    for a in doc["accuracy"]:
+        if a.get("rel_err") is not None:
+            errs.setdefault(a["variant"], []).append(a["rel_err"])
+    if errs:
+        lines.append(
+            "error against float64 (relative Frobenius, over every M and layout): "
+            + "; ".join(f"{v} {min(e):.2%}-{max(e):.2%}" for v, e in errs.items())
+        )
+    bits = doc.get("bitwise", [])
+    if bits:
+        n_eq = sum(b.get("equal") is True for b in bits)
+        lines.append(f"fused == unfused activation, raw bits, on the timed inputs: {n_eq}/{len(bits)} cases")
+    return lines
