@@ -1403,10 +1403,10 @@ def draw_moe_layer(doc: dict, out_stem: Path | None = None):
 
 
 def draw_moe_error(doc: dict, out_stem: Path | None = None):
-    """Relative Frobenius error of each variant's layer output against the float64 layer, per
-    M (bars) and layout (hatched: masked), with each variant's format bound."""
+    """Relative Frobenius error (%) of each variant's layer output against the float64 layer, per
+    M (bars) and layout (hatched: masked)."""
     df = pd.DataFrame([a for a in doc["accuracy"] if a.get("rel_err") is not None])
-    fig, ax = plt.subplots(figsize=(7.0, 3.6))
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
     Ms = sorted(df.M.unique())
     width = 0.8 / (len(doc["variants"]) * len(doc["layouts"]))
     i = 0
@@ -1414,15 +1414,15 @@ def draw_moe_error(doc: dict, out_stem: Path | None = None):
         for layout in doc["layouts"]:
             d = df[(df.variant == v) & (df.layout == layout)].set_index("M").reindex(Ms)
             x = np.arange(len(Ms)) - 0.4 + (i + 0.5) * width
-            ax.bar(x, d.rel_err, width, color=MOE_COLORS[v], hatch="//" if layout == "masked" else None,
+            ax.bar(x, d.rel_err * 100, width, color=MOE_COLORS[v], hatch="//" if layout == "masked" else None,
                    edgecolor="white", label=f"{MOE_LABELS[v]}, {layout}")  # fmt: skip
             i += 1
-    ax.set_yscale("log")
     ax.set_xticks(np.arange(len(Ms)), [str(m) for m in Ms])
     ax.set_xlabel("tokens M")
-    ax.set_ylabel("relative Frobenius error vs float64")
-    ax.grid(True, axis="y", which="both", alpha=0.3)
-    ax.legend(fontsize=6.5, ncol=2, frameon=False, loc="upper center", bbox_to_anchor=(0.5, 1.32))
+    ax.set_ylabel("relative Frobenius error vs float64 (%)")
+    ax.grid(True, axis="y", alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, ncol=2, frameon=False, loc="upper center")
     foot = _moe_footer(fig, doc)
-    fig.tight_layout(rect=(0, foot, 1, 1))
+    fig.tight_layout(rect=(0, foot, 1, 0.8))
     return _save(fig, out_stem) if out_stem is not None else fig

@@ -193,3 +193,38 @@ def test_gpu_layer_bitwise_and_within_bounds():
     for r in rows:
         assert r["rel_err"] <= r["bound"], r
         assert r["layer_fused_equals_unfused"], r
+
+
+def _synthetic_record(doc: dict) -> dict:
+    """The CPU dry run's record with timing rows made up here (layer 100 us x variant factor,
+    activation 10 us; the compiled layers beside them), to exercise the notebook's tables and
+    figures before an H200 record exists."""
+    factor = {"bf16": 1.0, "fp8_unfused": 1.05, "fp8_fused": 0.95}
+    rows = []
+    for layout in doc["layouts"]:
+        for v in doc["variants"]:
+            for kind, us in (("layer", 100.0 * factor[v]), ("activation", 10.0), ("compiled", 90.0 * factor[v])):
+                if kind == "compiled" and (layout != "contiguous" or v == "fp8_unfused"):
+                    continue
+                rows.append({"M": 8, "layout": layout, "kind": kind, "variant": v, "median_us": us,
+                             "lo_us": us * 0.99, "hi_us": us * 1.01})  # fmt: skip
+    return {**doc, "rows": rows}
+
+
+def test_tables_conclusions_and_figures_from_a_record(tmp_path):
+    from inkling_workbook import plots
+
+    ml.run(tmp_path, Ms=(8,), device="cpu", progress=False)
+    doc = _synthetic_record(ml.load_record(tmp_path / "data" / "moe_layer_cpu.json"))
+    table = ml.timing_table(doc)
+    assert len(table) == len(ml.LAYOUTS)
+    first = table.iloc[0]
+    assert first["fused / unfused"] == f"{0.95 / 1.05:.3f}" and first["fp8_fused act share"] == f"{10 / 95:.1%}"
+    assert first["fp8 fused / bf16"] == "0.950"  # ranges 94.05-95.95 and 99-101: no tie
+    lines = ml.conclusions(doc)
+    assert any("fusion saves" in s and f"{1 - 0.95 / 1.05:+.1%}" in s for s in lines), lines
+    assert any("FP8 wins" in s for s in lines) and any("2/2 cases" in s for s in lines)
+    assert ml.accuracy_table(doc).shape == (len(ml.LAYOUTS), len(ml.VARIANTS))
+    for draw, stem in ((plots.draw_moe_layer, "moe_layer_x"), (plots.draw_moe_error, "moe_error_x")):
+        paths = draw(doc, tmp_path / stem)
+        assert [p.suffix for p in paths] == [".png", ".svg"] and all(p.stat().st_size > 1000 for p in paths)
