@@ -739,7 +739,7 @@ def conclusions(doc: dict) -> list[str]:
     t = {(r["layout"], r["M"], r["kind"], r["variant"]): r for r in doc["rows"]}
     lines = []
     for layout in doc["layouts"]:
-        fusion, fp8, share = [], [], []
+        fusion, fp8, share, no_fusion, no_fp8 = [], [], [], [], []
         for M in doc["Ms"]:
             f, u, b = (t.get((layout, M, "layer", v)) for v in ("fp8_fused", "fp8_unfused", "bf16"))
             a = t.get((layout, M, "activation", "fp8_fused"))
@@ -747,17 +747,31 @@ def conclusions(doc: dict) -> list[str]:
                 saved = 1 - f["median_us"] / u["median_us"]
                 tie = ties(f["lo_us"], f["hi_us"], u["lo_us"], u["hi_us"])
                 fusion.append(f"M={M}: {saved:+.1%}" + (" (tie: ranges overlap)" if tie else ""))
+                if tie or saved <= 0:
+                    no_fusion.append(M)
             if f and b:
                 gain = b["median_us"] / f["median_us"] - 1
                 tie = ties(f["lo_us"], f["hi_us"], b["lo_us"], b["hi_us"])
                 word = "tie" if tie else ("FP8 wins" if gain > 0 else "FP8 loses")
                 fp8.append(f"M={M}: {word} ({gain:+.1%})")
+                if tie or gain <= 0:
+                    no_fp8.append(M)
             if a and f:
                 share.append(f"M={M}: {a['median_us'] / f['median_us']:.1%}")
         if fusion:
-            lines.append(f"{layout}: the fusion saves of the whole FP8 layer: " + "; ".join(fusion))
+            lines.append(f"{layout}: time the fusion saves in the whole FP8 layer: " + "; ".join(fusion))
+            lines.append(
+                f"{layout}: the fusion does not pay (tie or loss) at M = {no_fusion}"
+                if no_fusion
+                else f"{layout}: the fused layer is faster than the unfused one at every M measured"
+            )
         if fp8:
-            lines.append(f"{layout}: FP8 fused against the bf16 layer: " + "; ".join(fp8))
+            lines.append(f"{layout}: the FP8 fused layer against the bf16 layer: " + "; ".join(fp8))
+            lines.append(
+                f"{layout}: FP8 does not pay (tie or loss) at M = {no_fp8}"
+                if no_fp8
+                else f"{layout}: FP8 beats bf16 at every M measured"
+            )
         if share:
             lines.append(f"{layout}: the fused activation's share of the FP8 layer: " + "; ".join(share))
     errs = {}

@@ -223,6 +223,7 @@ def test_tables_conclusions_and_figures_from_a_record(tmp_path):
     assert first["fp8 fused / bf16"] == "0.950"  # ranges 94.05-95.95 and 99-101: no tie
     lines = ml.conclusions(doc)
     assert any("fusion saves" in s and f"{1 - 0.95 / 1.05:+.1%}" in s for s in lines), lines
+    assert any("faster than the unfused one at every M" in s for s in lines), lines
     assert any("FP8 wins" in s for s in lines) and any("2/2 cases" in s for s in lines)
     assert ml.accuracy_table(doc).shape == (len(ml.LAYOUTS), len(ml.VARIANTS))
     for draw, stem in ((plots.draw_moe_layer, "moe_layer_x"), (plots.draw_moe_error, "moe_error_x")):
