@@ -28,10 +28,10 @@ One layer, ``M`` tokens of hidden size ``H``, ``E`` experts of intermediate size
    stand-in (:func:`scaled_mm_standin`) dequantizes both operands to fp32 and multiplies, the
    same math up to the order of the fp32 accumulation, so that the notebook and the tests run.
 6. **Combine**: each token's output is the sum of its ``k`` expert outputs weighted by the
-   routing weights, in fp32, rounded to bf16 once. The weights are applied here, not in the
-   activation (``silu_and_mul``'s ``topk_weights``): the way servers run a top-k > 1 layer, where
-   GEMM2 is linear and the weight can come after it; it keeps the FP8 activation's scales
-   independent of the router.
+   routing weights, in fp32, rounded to bf16 once (one small Triton kernel, :func:`combine`).
+   The weights are applied here, not in the activation (``silu_and_mul``'s ``topk_weights``):
+   the way servers run a top-k > 1 layer, where GEMM2 is linear and the weight can come after
+   it; it keeps the FP8 activation's scales independent of the router.
 
 The cuBLAS per-expert FP8 call wants each expert's activation scales with strides exactly
 ``(1, rows)``: in the masked layout ``scale_layout="cublas"`` gives that per expert directly (a
@@ -57,8 +57,10 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+import triton
+import triton.language as tl
 
-from inkling_kernels import fp8_group_quant, silu_and_mul, silu_and_mul_fp8_group_quant
+from inkling_kernels import _backend, fp8_group_quant, silu_and_mul, silu_and_mul_fp8_group_quant
 
 VARIANTS = ("bf16", "fp8_unfused", "fp8_fused")
 LAYOUTS = ("contiguous", "masked")
@@ -345,14 +347,51 @@ def gemm2(act, layer: Layer, g: Grouping, plan: Plan, layout: str, variant: str)
 # ---- combine and the whole layer --------------------------------------------------------------
 
 
+@triton.jit
+def _combine_kernel(y_ptr, row_ptr, w_ptr, out_ptr, M, H, stride_y, stride_o,
+                    K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr):  # fmt: skip
+    """``out[m, h] = sum_j w[m, j] * y[row[m K + j], h]``: fp32 sum in slot order, one rounding."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    in_m = offs_m < M
+    mask = in_m[:, None] & (offs_h < H)[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_H), dtype=tl.float32)
+    for j in tl.static_range(K):
+        r = tl.load(row_ptr + offs_m * K + j, mask=in_m, other=0)
+        w = tl.load(w_ptr + offs_m * K + j, mask=in_m, other=0.0)
+        y = tl.load(y_ptr + r[:, None] * stride_y + offs_h[None, :], mask=mask, other=0.0)
+        acc += w[:, None] * y.to(tl.float32)
+    tl.store(out_ptr + offs_m[:, None] * stride_o + offs_h[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+COMBINE_BLOCK_M, COMBINE_BLOCK_H = 8, 512
+
+
 def combine(y: torch.Tensor, g: Grouping, weights: torch.Tensor, layout: str, out=None) -> torch.Tensor:
-    """``out[i] = sum_slot weights[i, slot] * y(assignment i * k + slot)``, fp32, bf16 once."""
-    rows = y[g.expert, g.rank] if layout == "masked" else y[g.row]
+    """``out[i] = sum_slot weights[i, slot] * y(assignment i * k + slot)`` in fp32, rounded to bf16
+    once: one Triton kernel reading each expert output row once (the gather and the weighted sum
+    fused, as a server's combine is); inside ``torch.compile`` the same formula in torch ops,
+    which inductor fuses."""
     M, k = weights.shape
-    acc = (rows.view(M, k, -1).float() * weights[:, :, None]).sum(dim=1)
+    H = y.shape[-1]
+    if layout == "masked":
+        T = y.shape[1]
+        y = y.reshape(-1, H)
+        rows = g.expert * T + g.rank
+    else:
+        rows = g.row
     if out is None:
-        return acc.to(torch.bfloat16)
-    return out.copy_(acc)
+        out = torch.empty((M, H), dtype=torch.bfloat16, device=y.device)
+    if torch.compiler.is_compiling():
+        acc = (y[rows].view(M, k, H).float() * weights[:, :, None]).sum(dim=1)
+        return out.copy_(acc)
+    if y.stride(1) != 1:
+        y = y.contiguous()
+    w = weights.float().contiguous()
+    grid = (triton.cdiv(M, COMBINE_BLOCK_M), triton.cdiv(H, COMBINE_BLOCK_H))
+    _backend.launch(_combine_kernel, grid, y.device, y, rows.contiguous(), w, out, M, H, y.stride(0), out.stride(0),
+                    K=k, BLOCK_M=COMBINE_BLOCK_M, BLOCK_H=COMBINE_BLOCK_H, num_warps=4)  # fmt: skip
+    return out
 
 
 def experts(x, ids, weights, layer: Layer, plan: Plan, layout: str, variant: str, out=None) -> torch.Tensor:
@@ -413,14 +452,14 @@ U_E4M3 = 2.0**-4
 
 def error_bound(variant: str) -> float:
     """A worst-case bound on the relative error of :func:`moe_layer` against the float64 layer,
-    from the format alone: each rounding contributes at most its unit roundoff ``u`` (relative,
+    from the formats alone: each rounding contributes at most its unit roundoff ``u`` (relative,
     element by element; products and sums of O(1) random data carry it through unchanged in
     norm), times 2 for SiLU's relative condition number, which is <= 2 where the activation is
-    not small. Roundings: bf16 GEMM1 output, activation, GEMM2 output (each ``U_BF16``); the
-    router's bf16 logits only move the routing weights (the experts are the same), by at most
-    ``U_BF16`` relative; the FP8 variants add the e4m3 activation and the e4m3 weights
-    (``U_E4M3`` each)."""
-    bf16_steps = 4 * U_BF16
+    not small. Roundings to bf16 (``U_BF16`` each): GEMM1's output, the activation, GEMM2's
+    output, the combine's output, and the routing weights (from bf16 router logits; the experts
+    are the same); the FP8 variants add the e4m3 activation and the e4m3 weights (``U_E4M3``
+    each)."""
+    bf16_steps = 5 * U_BF16
     if variant == "bf16":
         return 2 * bf16_steps
     if variant in ("fp8_unfused", "fp8_fused"):
@@ -606,6 +645,7 @@ def run(
         calls = {f"layer/{v}": (lambda v=v: layer_call(v)) for v in VARIANTS if v in outs}
         calls.update({f"activation/{v}": (lambda v=v: activation(gateup, v, mm)) for v in VARIANTS})
         if layout in compile_layouts:
+            torch._dynamo.reset()  # each step's layers compile afresh: no recompile limit reached across M
             for v in compile_variants:
                 if v not in outs:
                     continue

@@ -229,3 +229,23 @@ def test_tables_conclusions_and_figures_from_a_record(tmp_path):
     for draw, stem in ((plots.draw_moe_layer, "moe_layer_x"), (plots.draw_moe_error, "moe_error_x")):
         paths = draw(doc, tmp_path / stem)
         assert [p.suffix for p in paths] == [".png", ".svg"] and all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_combine_kernel_is_the_weighted_sum(layer, tokens, device):
+    """The Triton combine against the formula in torch ops (fp32 products summed in slot order,
+    one bf16 rounding), into a NaN-poisoned output: bit for bit under the interpreter; within one
+    bf16 rounding compiled (the GPU may contract a product and the sum into an FMA)."""
+    gen = torch.Generator().manual_seed(9)
+    ids, w = ml.route(tokens.to(device), ml.make_layer(**SHAPE, device=device, seed=3))
+    plan = ml.make_plan(ids, layer.E)
+    g = ml.group(ids, layer.E)
+    for layout, shape in (("contiguous", (plan.rows, 384)), ("masked", (layer.E, plan.T, 384))):
+        y = torch.randn(shape, generator=gen).to(torch.bfloat16).to(device)
+        out = torch.full((M, 384), float("nan"), dtype=torch.bfloat16, device=device)
+        got = ml.combine(y, g, w, layout, out=out)
+        rows = y[g.expert, g.rank] if layout == "masked" else y[g.row]
+        want = (rows.view(M, layer.k, -1).float() * w[:, :, None]).sum(dim=1)
+        if device.type == "cpu":
+            assert torch.equal(got.view(torch.int16), want.to(torch.bfloat16).view(torch.int16)), layout
+        else:
+            assert ml.rel_error(got, want.double()) <= ml.U_BF16, layout
