@@ -539,7 +539,8 @@ def run(
     device=None,
     compile_variants=("bf16", "fp8_fused"),
     compile_layouts=("contiguous",),
-    compile_budget_s: float = 90.0,
+    compile_Ms=(16, 4096),
+    compile_budget_s: float = 100.0,
     progress: bool = True,
     command=None,
 ) -> dict:
@@ -547,7 +548,8 @@ def run(
     fused == unfused on the timed inputs' activations (raw bits), then (CUDA only) the whole layer
     of each variant and the activation alone timed in CUDA graphs, interleaved; the layer under
     ``torch.compile(fullgraph=True, dynamic=True)`` captured in a graph for ``compile_variants`` in
-    ``compile_layouts`` while the compile budget lasts (where fullgraph fails, the error is kept
+    ``compile_layouts`` at ``compile_Ms`` (a decode and a prefill size: each compile takes tens of
+    seconds) while the compile budget lasts (where fullgraph fails, the error is kept
     and ``fullgraph=False`` is compiled and timed instead). A failing variant records its error string. Writes
     ``out_dir/data/moe_layer_<device>.json`` and ``.csv``."""
     import json
@@ -591,6 +593,12 @@ def run(
         "rows": [],
         "compile": [],
         "errors": [],
+        "compile_scope": {
+            "variants": list(compile_variants),
+            "layouts": list(compile_layouts),
+            "Ms": list(compile_Ms),
+            "budget_s": compile_budget_s,
+        },  # fmt: skip
     }
     if cuda:
         from torch import _dynamo  # noqa: F401 - loaded before the compile steps reset it
@@ -646,7 +654,7 @@ def run(
 
         calls = {f"layer/{v}": (lambda v=v: layer_call(v)) for v in VARIANTS if v in outs}
         calls.update({f"activation/{v}": (lambda v=v: activation(gateup, v, mm)) for v in VARIANTS})
-        if layout in compile_layouts:
+        if layout in compile_layouts and M in compile_Ms:
             torch._dynamo.reset()  # each step's layers compile afresh: no recompile limit reached across M
             for v in compile_variants:
                 if v not in outs:
