@@ -543,6 +543,8 @@ def run(
     compile_budget_s: float = 100.0,
     progress: bool = True,
     command=None,
+    timer=None,
+    compile_backend: str = "inductor",
 ) -> dict:
     """The benchmark (CUDA) or its CPU dry run: for each M and layout, accuracy against float64,
     fused == unfused on the timed inputs' activations (raw bits), then (CUDA only) the whole layer
@@ -551,7 +553,9 @@ def run(
     ``compile_layouts`` at ``compile_Ms`` (a decode and a prefill size: each compile takes tens of
     seconds) while the compile budget lasts (where fullgraph fails, the error is kept
     and ``fullgraph=False`` is compiled and timed instead). A failing variant records its error string. Writes
-    ``out_dir/data/moe_layer_<device>.json`` and ``.csv``."""
+    ``out_dir/data/moe_layer_<device>.json`` and ``.csv``. ``timer`` (default
+    :mod:`inkling_workbook.bench`: ``GraphTimer``, ``time_interleaved``, ``warm_clocks``) and
+    ``compile_backend`` let a CPU test run the timing code with a stand-in timer."""
     import json
     from pathlib import Path
 
@@ -562,6 +566,9 @@ def run(
     t0 = time.perf_counter()
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     cuda = device.type == "cuda"
+    timed = cuda or timer is not None
+    timer = timer or bench
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     shape = dict(shape or (GPU_SHAPE if cuda else CPU_SHAPE))
     layer = make_layer(**shape, device=device)
     doc = {
@@ -586,7 +593,7 @@ def run(
             "activation": "the activation alone on the same layout's GEMM1 output, in its own graph",
             "l2": "warm (the same buffers every call)",
         }
-        if cuda
+        if timed
         else "not timed: a CPU dry run (Triton interpreter)",
         "accuracy": [],
         "bitwise": [],
@@ -598,12 +605,12 @@ def run(
             "layouts": list(compile_layouts),
             "Ms": list(compile_Ms),
             "budget_s": compile_budget_s,
-        },  # fmt: skip
+        },
     }
-    if cuda:
+    if timed:
         from torch import _dynamo  # noqa: F401 - loaded before the compile steps reset it
 
-        doc["clock_warmup"] = bench.warm_clocks()
+        doc["clock_warmup"] = timer.warm_clocks()
     steps = [(M, layout) for M in Ms for layout in LAYOUTS]
     compile_s = 0.0
     for M, layout in tqdm(steps, desc="moe layer", disable=not progress):
@@ -644,7 +651,7 @@ def run(
             doc["bitwise"].append({**base, **bw})
         except Exception as e:  # noqa: BLE001
             doc["bitwise"].append({**base, "equal": None, "error": _err(e)})
-        if not cuda:
+        if not timed:
             continue
         passes = bench.DECODE_PASSES if M <= bench.DECODE_MAX_M else bench.OTHER_PASSES
 
@@ -672,9 +679,10 @@ def run(
                             lambda x, v=v, layout=layout, plan=plan: layer_call(v, x, layout, plan),
                             fullgraph=fullgraph,
                             dynamic=True,
+                            backend=compile_backend,
                         )
                         got = fn(x)
-                        torch.cuda.synchronize()
+                        sync()
                         same = bool(torch.equal(got.view(torch.int16), outs[v].view(torch.int16)))
                         err = rel_error(got, ref) if ref is not None else None
                         rec.update(ok=True, mode=mode, rel_err=err, equal_to_eager=same)
@@ -689,12 +697,12 @@ def run(
         timers = {}
         for name, fn in calls.items():
             try:
-                timers[name] = bench.GraphTimer([fn])
+                timers[name] = timer.GraphTimer([fn])
             except Exception as e:  # noqa: BLE001
                 doc["errors"].append({**base, "what": name, "error": _err(e)})
-                torch.cuda.synchronize()
+                sync()
         try:
-            timings = bench.time_interleaved(timers, passes)
+            timings = timer.time_interleaved(timers, passes)
         except Exception as e:  # noqa: BLE001
             timings = {}
             doc["errors"].append({**base, "what": "time_interleaved", "error": _err(e)})
@@ -706,7 +714,8 @@ def run(
             kind, v = name.split("/")
             doc["rows"].append({**base, "kind": kind, "variant": v, **t.columns(0, 3), "sm_clock_mhz": clock})
         del timers
-        torch.cuda.empty_cache()
+        if cuda:
+            torch.cuda.empty_cache()
     for r in doc["rows"]:
         r.pop("bytes", None)
         r.pop("tbps", None)

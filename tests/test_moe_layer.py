@@ -249,3 +249,44 @@ def test_combine_kernel_is_the_weighted_sum(layer, tokens, device):
             assert torch.equal(got.view(torch.int16), want.to(torch.bfloat16).view(torch.int16)), layout
         else:
             assert ml.rel_error(got, want.double()) <= ml.U_BF16, layout
+
+
+class _StandInTimer:
+    """The timing code's interface (``GraphTimer``, ``time_interleaved``, ``warm_clocks``) with
+    no GPU: each "graph" runs its call twice and reports made-up replay times."""
+
+    class GraphTimer:
+        def __init__(self, calls):
+            self.calls, self.reps = calls, 100
+            for c in calls * 2:
+                c()
+
+        def close(self):
+            pass
+
+    @staticmethod
+    def time_interleaved(timers, passes):
+        from inkling_workbook.bench import Timing
+
+        return {k: Timing.from_passes([[1.0 + i, 1.1 + i]] * passes, t.reps) for i, (k, t) in enumerate(timers.items())}
+
+    @staticmethod
+    def warm_clocks():
+        return {}
+
+
+def test_the_timing_code_runs_with_a_stand_in_timer(tmp_path):
+    """The benchmark's timing and compile code on the CPU: every layer, activation and compiled
+    layer gets a row (the compile with the aot_eager backend), and a record the tables read."""
+    doc = ml.run(tmp_path, Ms=(8,), device="cpu", progress=False, timer=_StandInTimer, compile_Ms=(8,),
+                 compile_backend="aot_eager")  # fmt: skip
+    kinds = {(r["layout"], r["kind"], r["variant"]) for r in doc["rows"]}
+    want = {(lo, kind, v) for lo in ml.LAYOUTS for kind in ("layer", "activation") for v in ml.VARIANTS}
+    want |= {("contiguous", "compiled", v) for v in ("bf16", "fp8_fused")}
+    assert kinds == want and doc["errors"] == []
+    assert [(c["variant"], c["ok"], c["mode"]) for c in doc["compile"]] == [
+        (v, True, "torch.compile(fullgraph=True, dynamic=True)") for v in ("bf16", "fp8_fused")
+    ]
+    assert all(c["rel_err"] <= ml.error_bound(c["variant"]) for c in doc["compile"])
+    assert (tmp_path / "data" / "moe_layer_cpu.csv").exists()
+    assert len(ml.timing_table(doc)) == len(ml.LAYOUTS) and ml.conclusions(doc)
