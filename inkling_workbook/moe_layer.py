@@ -257,7 +257,14 @@ def grouped_mm_ok(device) -> tuple[bool, str]:
 def _grouped(a: torch.Tensor, w: torch.Tensor, g: Grouping, plan: Plan) -> torch.Tensor:
     """``a [rows, K]`` (segments of ``plan``) times ``w[e]^T`` (``w [E, Nout, K]``) per segment."""
     if grouped_mm_ok(a.device)[0] and (a.shape[1] * a.element_size()) % 16 == 0:
-        return torch._grouped_mm(a, w.transpose(1, 2), offs=g.offsets)
+        capturing = a.is_cuda and torch.cuda.is_current_stream_capturing()
+        if torch.compiler.is_compiling() or capturing:
+            return torch._grouped_mm(a, w.transpose(1, 2), offs=g.offsets)
+        try:  # eager: a refusal of this shape switches the device to the loop, and says why
+            return torch._grouped_mm(a, w.transpose(1, 2), offs=g.offsets)
+        except RuntimeError as e:
+            why = f"refused {tuple(a.shape)} x {tuple(w.shape)}: {str(e).strip().splitlines()[0][:200]}"
+            _GROUPED_MM[(a.device.type, a.device.index)] = (False, why)
     out = torch.zeros((a.shape[0], w.shape[1]), dtype=a.dtype, device=a.device)
     for e, (s, n) in enumerate(zip(plan.starts, plan.padded, strict=True)):
         if n:
@@ -719,6 +726,7 @@ def run(
     for r in doc["rows"]:
         r.pop("bytes", None)
         r.pop("tbps", None)
+    doc["grouped_mm_after"] = dict(zip(("ok", "why"), grouped_mm_ok(device), strict=True))  # a refusal mid-run
     doc["compile_s_total"] = round(compile_s, 1)
     doc["elapsed_s"] = round(time.perf_counter() - t0, 1)
     if cuda:
