@@ -607,6 +607,7 @@ def run(
         "rows": [],
         "compile": [],
         "errors": [],
+        "plans": [],  # per M: the tokens each expert got, the contiguous rows (padded), the masked T
         "compile_scope": {
             "variants": list(compile_variants),
             "layouts": list(compile_layouts),
@@ -625,6 +626,8 @@ def run(
         ids, weights = route(x, layer)
         plan = make_plan(ids, layer.E)
         base = {"M": M, "layout": layout, "rows": plan.rows if layout == "contiguous" else layer.E * plan.T}
+        if layout == LAYOUTS[0]:
+            doc["plans"].append({"M": M, "counts": plan.counts, "contiguous_rows": plan.rows, "masked_T": plan.T})
         try:
             ref = reference_layer(x, layer, ids)
         except Exception as e:  # noqa: BLE001

@@ -153,6 +153,7 @@ def test_cli_cpu_smoke_writes_the_record(tmp_path, capsys):
     for key in (*keys.split(), "all_bitwise_equal", "all_within_bound", "elapsed_s"):
         assert key in doc, key
     assert doc["shape"] == ml.CPU_SHAPE and doc["errors"] == [] and doc["rows"] == []
+    assert [(p["M"], sum(p["counts"])) for p in doc["plans"]] == [(8, 8 * ml.CPU_SHAPE["k"])]
     assert doc["all_bitwise_equal"] and doc["all_within_bound"]
     assert {(a["layout"], a["variant"]) for a in doc["accuracy"]} == {(lo, v) for lo in ml.LAYOUTS for v in ml.VARIANTS}
     assert all(b["equal"] and b["layer_output_equal"] for b in doc["bitwise"])
