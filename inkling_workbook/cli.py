@@ -1,4 +1,5 @@
-"""``python -m inkling_workbook {check,portcheck,bench,decode,serving,steps,fp8-steps,fusion,figures,results,info}``."""
+"""``python -m inkling_workbook {check,portcheck,bench,decode,serving,steps,fp8-steps,fusion,moe-layer,figures,
+results,info}``."""
 
 from __future__ import annotations
 
@@ -107,6 +108,23 @@ def _fusion(args) -> int:
     return 0 if doc["ok"] else 1
 
 
+def _moe_layer(args) -> int:
+    from . import moe_layer
+
+    if args.cpu_smoke:
+        doc = moe_layer.run(args.out, Ms=(8,), device="cpu", progress=not args.no_progress)
+    else:
+        from . import bench
+
+        bench.require_gpu()
+        Ms = tuple(int(m) for m in args.ms.split(",")) if args.ms else moe_layer.GPU_MS
+        doc = moe_layer.run(args.out, Ms=Ms, progress=not args.no_progress)
+    keep = ("all_bitwise_equal", "all_within_bound", "grouped_mm", "compile_s_total", "elapsed_s", "errors")
+    print(json.dumps({k: doc[k] for k in keep}, indent=1))
+    print(f"wrote {Path(args.out) / 'data'}/moe_layer_*.json")
+    return 0 if doc["all_bitwise_equal"] and doc["all_within_bound"] else 1
+
+
 def _figures(args) -> int:
     from . import plots
 
@@ -189,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--matrix", choices=["gpu", "quick", "cpu"], help="default: gpu on CUDA, cpu otherwise")
     p.add_argument("--out", help="JSON output (default data/fp_fusion_<device>.json)")
     p.set_defaults(fn=_fusion)
+    p = sub.add_parser("moe-layer", help="the MoE layer of notebook 08: accuracy, bitwise, timings (GPU)")
+    p.add_argument("--out", default=str(provenance.REPO_ROOT), help="writes OUT/data/moe_layer_<device>.json/.csv")
+    p.add_argument("--ms", help="comma-separated token counts (default 16,256,4096,16384)")
+    p.add_argument("--cpu-smoke", action="store_true", help="a tiny untimed dry run on the CPU (the record's schema)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(fn=_moe_layer)
     p = sub.add_parser("figures", help="draw figures/ from the CSVs in data/")
     p.add_argument("--data", default=str(DATA))
     p.add_argument("--out", default=str(FIGURES))

@@ -705,6 +705,12 @@ def draw_all(data_dir: Path, fig_dir: Path) -> list[Path]:
         tune = companion(csv_path, "tune")
         if tune.exists():  # the tile sweep of a run, against the current launch heuristic
             written += draw_tile_sweep(pd.read_csv(tune), meta, fig_dir / f"tile_sweep_{gpu}")
+    for moe in sorted(data_dir.glob("moe_layer_*.json")):  # notebook 08's record (`wb moe-layer`)
+        gpu = moe.stem.removeprefix("moe_layer_")
+        if gpu != "cpu":
+            doc = json.loads(moe.read_text())
+            written += draw_moe_layer(doc, fig_dir / f"moe_layer_{gpu}")
+            written += draw_moe_error(doc, fig_dir / f"moe_error_{gpu}")
     if written:  # the diagrams and the two live (CPU, interpreter) measurements beside the records
         written += draw_swizzle(fig_dir / "swizzle_128x4")
         written += draw_ulp_histogram(ulp_port_vs_eager(), fig_dir / "ulp_port_vs_eager_cpu")
@@ -1357,3 +1363,80 @@ def recorded_lookup(
     out = rows[["impl", "config", "M", "N", "layout", "median_us", "lo_us", "hi_us", "tbps"]].copy()
     out.insert(0, "source", "recorded" if nearest == M else f"recorded, nearest M = {nearest}")
     return out.reset_index(drop=True)
+
+
+# --- notebook 08: the MoE layer -----------------------------------------------------------------
+
+MOE_COLORS = {"bf16": "#0072B2", "fp8_unfused": "#D55E00", "fp8_fused": "#009E73"}
+MOE_LABELS = {
+    "bf16": "bf16 layer (silu_and_mul, bf16 GEMM2)",
+    "fp8_unfused": "FP8, silu_and_mul + fp8_group_quant (two kernels)",
+    "fp8_fused": "FP8, silu_and_mul_fp8_group_quant (fused)",
+}
+
+
+def _moe_footer(fig, doc: dict) -> float:
+    meta = {**doc["provenance"], "timing": doc.get("timing") if isinstance(doc.get("timing"), dict) else {}}
+    s = doc["shape"]
+    shape = f"E={s['E']}, top-{s['k']}, H={s['H']}, N={s['N']}; "
+    text = shape + _caption(meta, "warm")
+    import textwrap
+
+    text = "\n".join(textwrap.wrap(text, int(fig.get_figwidth() * 72 / (FOOTER_PT * 0.56))))
+    fig.text(0.01, 0.005, text, fontsize=FOOTER_PT, color="0.25", va="bottom")
+    return (text.count("\n") + 1) * FOOTER_PT * 1.25 / 72 / fig.get_figheight() + 0.01
+
+
+def draw_moe_layer(doc: dict, out_stem: Path | None = None):
+    """The whole layer's time per token by variant and M (log x), one panel per layout; bars: the
+    spread (lowest and highest pass median); dotted: torch.compile of the layer, captured."""
+    layouts = list(doc["layouts"])
+    fig, axes = plt.subplots(1, len(layouts), figsize=(7.5, 3.9), sharey=True, squeeze=False)
+    df = pd.DataFrame(doc["rows"])
+    for ax, layout in zip(axes[0], layouts, strict=True):
+        for v in doc["variants"]:
+            for kind, style in (("layer", "-o"), ("compiled", ":s")):
+                d = df[(df.layout == layout) & (df.kind == kind) & (df.variant == v)].sort_values("M")
+                if d.empty:
+                    continue
+                per_tok = 1e3 / d.M
+                ax.errorbar(d.M, d.median_us * per_tok, yerr=[(d.median_us - d.lo_us) * per_tok,
+                            (d.hi_us - d.median_us) * per_tok], fmt=style, color=MOE_COLORS[v], ms=4, capsize=2,
+                            label=MOE_LABELS[v] + (" (torch.compile)" if kind == "compiled" else ""))  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"{layout} layout", fontsize=10)
+        ax.set_xlabel("tokens M")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("layer time per token (ns)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=2, fontsize=7.5, frameon=False)
+    foot = _moe_footer(fig, doc)
+    fig.tight_layout(rect=(0, foot, 1, 0.84))
+    return _save(fig, out_stem) if out_stem is not None else fig
+
+
+def draw_moe_error(doc: dict, out_stem: Path | None = None):
+    """Relative Frobenius error (%) of each variant's layer output against the float64 layer, per
+    M (bars) and layout (hatched: masked)."""
+    df = pd.DataFrame([a for a in doc["accuracy"] if a.get("rel_err") is not None])
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
+    Ms = sorted(df.M.unique())
+    width = 0.8 / (len(doc["variants"]) * len(doc["layouts"]))
+    i = 0
+    for v in doc["variants"]:
+        for layout in doc["layouts"]:
+            d = df[(df.variant == v) & (df.layout == layout)].set_index("M").reindex(Ms)
+            x = np.arange(len(Ms)) - 0.4 + (i + 0.5) * width
+            ax.bar(x, d.rel_err * 100, width, color=MOE_COLORS[v], hatch="//" if layout == "masked" else None,
+                   edgecolor="white", label=f"{MOE_LABELS[v]}, {layout}")  # fmt: skip
+            i += 1
+    ax.set_xticks(np.arange(len(Ms)), [str(m) for m in Ms])
+    ax.set_xlabel("tokens M")
+    ax.set_ylabel("relative Frobenius error vs float64 (%)")
+    ax.grid(True, axis="y", alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, ncol=2, frameon=False, loc="upper center")
+    foot = _moe_footer(fig, doc)
+    fig.tight_layout(rect=(0, foot, 1, 0.8))
+    return _save(fig, out_stem) if out_stem is not None else fig

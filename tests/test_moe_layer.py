@@ -1,0 +1,293 @@
+"""The MoE layer of notebook 08 (``inkling_workbook.moe_layer``): routing and grouping invariants,
+fused == unfused bit for bit inside the layer, each variant's error against the float64 layer
+under the bound its formats give, the FP8 GEMM2 against its dequantized operands, the CLI's
+record on a CPU dry run; on a GPU, the ``torch._scaled_mm`` and ``torch._grouped_mm`` paths."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import gpu_only
+
+from inkling_workbook import moe_layer as ml
+
+SHAPE = ml.CPU_SHAPE  # E=4, k=2, H=256, N=256
+M = 8
+
+
+@pytest.fixture(scope="module")
+def layer():
+    return ml.make_layer(**SHAPE, device="cpu", seed=3)
+
+
+@pytest.fixture(scope="module")
+def tokens():
+    return ml.make_tokens(M, SHAPE["H"], "cpu", seed=11)
+
+
+def test_routing_is_softmax_topk_renormalized(layer, tokens):
+    ids, w = ml.route(tokens, layer)
+    probs = torch.softmax((tokens @ layer.wr).float(), dim=-1)
+    assert ids.shape == (M, SHAPE["k"]) and w.dtype == torch.float32
+    # the chosen experts are the k most probable, distinct, and their weights sum to 1
+    kth = torch.gather(probs, 1, ids).min(dim=1).values
+    others = probs.masked_fill(torch.zeros_like(probs, dtype=torch.bool).scatter_(1, ids, True), -1).max(dim=1).values
+    assert bool((kth >= others).all())
+    assert all(len(set(r.tolist())) == SHAPE["k"] for r in ids)
+    torch.testing.assert_close(w.sum(dim=1), torch.ones(M), rtol=0, atol=1e-6)
+
+
+def test_contiguous_and_masked_layouts_hold_the_same_rows(layer, tokens):
+    ids, _ = ml.route(tokens, layer)
+    # add a routing where one expert gets nothing, to exercise empty segments
+    ids_skew = torch.tensor([[0, 1]] * 5 + [[1, 3]] * 3)
+    for ids_ in (ids, ids_skew):
+        plan = ml.make_plan(ids_, layer.E)
+        g = ml.group(ids_, layer.E)
+        xs = ml.dispatch_contiguous(tokens, g, plan, layer.k)
+        xm = ml.dispatch_masked(tokens, g, plan, layer.k)
+        counts = torch.bincount(ids_.flatten(), minlength=layer.E)
+        assert g.masked_m.tolist() == counts.tolist() == plan.counts
+        assert (
+            g.offsets.dtype == torch.int32 and g.offsets.tolist() == torch.cumsum(torch.tensor(plan.padded), 0).tolist()
+        )
+        assert all(p % ml.ALIGN == 0 for p in plan.padded) and plan.T % ml.ALIGN == 0
+        tok = torch.arange(M).repeat_interleave(layer.k)
+        assert torch.equal(xs[g.row], tokens[tok]) and torch.equal(xm[g.expert, g.rank], tokens[tok])
+        assert len(set(g.row.tolist())) == M * layer.k  # no two assignments share a row
+        for e in range(layer.E):
+            c, s = plan.counts[e], plan.starts[e]
+            assert torch.equal(xs[s : s + c], xm[e, :c])  # the same rows, the same order
+            assert not xs[s + c : s + plan.padded[e]].any() and not xm[e, c:].any()  # padding: zero rows
+            # each expert's rows keep the token order (a stable sort)
+            assert g.rank[g.expert == e].tolist() == list(range(c))
+
+
+@pytest.fixture(scope="module")
+def accuracy_rows(layer, tokens):
+    return ml.accuracy(tokens, layer)
+
+
+def test_fused_equals_unfused_bitwise_in_the_layer(layer, tokens, accuracy_rows):
+    ids, _ = ml.route(tokens, layer)
+    plan = ml.make_plan(ids, layer.E)
+    g = ml.group(ids, layer.E)
+    for layout in ml.LAYOUTS:
+        xs = (ml.dispatch_masked if layout == "masked" else ml.dispatch_contiguous)(tokens, g, plan, layer.k)
+        gateup = ml.gemm1(xs, layer, g, plan, layout)
+        res = ml.fused_equals_unfused(gateup, g.masked_m if layout == "masked" else None)
+        assert res["equal"], (layout, res)
+        assert res["q_bytes_compared"] == sum(plan.counts if layout == "masked" else plan.padded) * layer.N
+    # and the layer's outputs (poisoned first), bit for bit
+    assert all(r["layer_fused_equals_unfused"] for r in accuracy_rows)
+
+
+def test_each_variant_within_its_format_bound(accuracy_rows):
+    assert len(accuracy_rows) == len(ml.LAYOUTS) * len(ml.VARIANTS)
+    for r in accuracy_rows:
+        assert r["rel_err"] <= r["bound"] == ml.error_bound(r["variant"]), r
+    errs = {(r["layout"], r["variant"]): r["rel_err"] for r in accuracy_rows}
+    for layout in ml.LAYOUTS:
+        # the layouts hold the same rows: the same errors
+        assert errs[(layout, "bf16")] == pytest.approx(errs[("contiguous", "bf16")], rel=1e-6)
+        # FP8 really quantized: its error is above bf16's roundoff and above the bf16 layer's
+        assert errs[(layout, "fp8_fused")] > max(ml.U_BF16, errs[(layout, "bf16")])
+
+
+def test_fp8_gemm2_against_its_dequantized_operands(layer, tokens):
+    """With the activation and W2 dequantized exactly, the FP8 GEMM2 is an fp32 product rounded
+    to bf16 once: within bf16's roundoff of the float64 product of the same values."""
+    gen = torch.Generator().manual_seed(5)
+    gateup = torch.randn((12, 2 * layer.N), generator=gen).to(torch.bfloat16)
+    q, s = ml.activation(gateup, "fp8_fused")
+    y = ml._fp8_mm(q, s.t().contiguous().t(), layer.w2_q[1], layer.w2_s[1])
+    a64 = (q.double().reshape(q.shape[0], -1, ml.GROUP) * s.double()[:, :, None]).reshape(q.shape)
+    ref = a64 @ ml.dequantize_weight_blockwise(layer.w2_q[1], layer.w2_s[1]).double().t()
+    assert ml.rel_error(y, ref) <= ml.U_BF16
+
+
+def test_weight_quantization_blockwise(layer):
+    deq = ml.dequantize_weight_blockwise(layer.w2_q, layer.w2_s)
+    assert layer.w2_s.shape == (layer.E, layer.H // 128, layer.N // 128)
+    err = (deq - layer.w2.float()).abs() / layer.w2_s.repeat_interleave(128, 1).repeat_interleave(128, 2)
+    # in units of the block scale, e4m3 rounds to within half its spacing (<= 16 below 448 = 1.75 * 2**8),
+    # plus the fp32 roundings of w / s and of this check's own division (values <= 448)
+    assert float(err.max()) <= 16.0 + 448 * 2.0**-22
+    assert ml.rel_error(deq, layer.w2.double()) <= ml.U_E4M3
+
+
+def test_grouped_gemm_equals_the_per_expert_loop(layer, tokens):
+    ok, why = ml.grouped_mm_ok("cpu")
+    if not ok:
+        pytest.skip(f"torch._grouped_mm not usable on this CPU build: {why}")
+    ids, _ = ml.route(tokens, layer)
+    plan = ml.make_plan(ids, layer.E)
+    g = ml.group(ids, layer.E)
+    xs = ml.dispatch_contiguous(tokens, g, plan, layer.k)
+    got = ml.gemm1(xs, layer, g, plan, "contiguous")
+    segments = enumerate(zip(plan.starts, plan.padded, strict=True))
+    want = torch.cat([xs[s : s + n].float() @ layer.w1[e].float().t() for e, (s, n) in segments])
+    assert ml.rel_error(got, want.double()) <= ml.U_BF16
+
+
+def test_bad_arguments_name_the_argument(layer, tokens):
+    with pytest.raises(ValueError, match="layout"):
+        ml.moe_layer(tokens, layer, layout="ragged")
+    with pytest.raises(ValueError, match="variant"):
+        ml.moe_layer(tokens, layer, variant="int8")
+    with pytest.raises(ValueError, match="N must be"):
+        ml.make_layer(4, 2, 256, 200)
+    with pytest.raises(ValueError, match="k must be"):
+        ml.make_layer(4, 5, 256, 256)
+
+
+def test_cli_cpu_smoke_writes_the_record(tmp_path, capsys):
+    from inkling_workbook import cli
+
+    rc = cli.main(["moe-layer", "--cpu-smoke", "--out", str(tmp_path), "--no-progress"])
+    assert rc == 0, capsys.readouterr().out
+    doc = json.loads((tmp_path / "data" / "moe_layer_cpu.json").read_text())
+    keys = "provenance shape Ms grouped_mm gemm2_fp8 topk_weights timing accuracy bitwise rows compile errors"
+    for key in (*keys.split(), "all_bitwise_equal", "all_within_bound", "elapsed_s"):
+        assert key in doc, key
+    assert doc["shape"] == ml.CPU_SHAPE and doc["errors"] == [] and doc["rows"] == []
+    assert [(p["M"], sum(p["counts"])) for p in doc["plans"]] == [(8, 8 * ml.CPU_SHAPE["k"])]
+    assert doc["all_bitwise_equal"] and doc["all_within_bound"]
+    assert {(a["layout"], a["variant"]) for a in doc["accuracy"]} == {(lo, v) for lo in ml.LAYOUTS for v in ml.VARIANTS}
+    assert all(b["equal"] and b["layer_output_equal"] for b in doc["bitwise"])
+    assert "git_commit" in doc["provenance"] and "stand-in" in doc["gemm2_fp8"]
+
+
+# ---- GPU: the cuBLAS paths ---------------------------------------------------------------------
+
+
+@gpu_only
+def test_gpu_paths_available_on_sm90():
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("blockwise FP8 torch._scaled_mm and torch._grouped_mm need sm_90+")
+    assert ml.scaled_mm_available("cuda")
+    ok, why = ml.grouped_mm_ok("cuda")
+    assert ok, why
+
+
+@gpu_only
+@pytest.mark.parametrize("rows", [4, 12, 256])
+def test_gpu_scaled_mm_equals_the_standin(rows):
+    if not ml.scaled_mm_available("cuda"):
+        pytest.skip("no blockwise FP8 torch._scaled_mm on this GPU")
+    layer = ml.make_layer(2, 1, 512, 256, device="cuda", seed=4)
+    gen = torch.Generator().manual_seed(rows)
+    gateup = torch.randn((rows, 512), generator=gen).to(torch.bfloat16).cuda()
+    q, s = ml.activation(gateup, "fp8_fused")
+    got = ml._fp8_mm(q, s, layer.w2_q[0], layer.w2_s[0])
+    want = ml.scaled_mm_standin(q, s, layer.w2_q[0], layer.w2_s[0])
+    assert ml.rel_error(got, want.double()) <= 2 * ml.U_BF16  # two bf16 roundings of one fp32 product
+
+
+@gpu_only
+def test_gpu_layer_bitwise_and_within_bounds():
+    layer = ml.make_layer(8, 2, 1024, 512, device="cuda", seed=6)
+    x = ml.make_tokens(100, 1024, "cuda", seed=2)
+    rows = ml.accuracy(x, layer)
+    for r in rows:
+        assert r["rel_err"] <= r["bound"], r
+        assert r["layer_fused_equals_unfused"], r
+
+
+def _synthetic_record(doc: dict) -> dict:
+    """The CPU dry run's record with timing rows made up here (layer 100 us x variant factor,
+    activation 10 us; the compiled layers beside them), to exercise the notebook's tables and
+    figures before an H200 record exists."""
+    factor = {"bf16": 1.0, "fp8_unfused": 1.05, "fp8_fused": 0.95}
+    rows = []
+    for layout in doc["layouts"]:
+        for v in doc["variants"]:
+            for kind, us in (("layer", 100.0 * factor[v]), ("activation", 10.0), ("compiled", 90.0 * factor[v])):
+                if kind == "compiled" and (layout != "contiguous" or v == "fp8_unfused"):
+                    continue
+                rows.append({"M": 8, "layout": layout, "kind": kind, "variant": v, "median_us": us,
+                             "lo_us": us * 0.99, "hi_us": us * 1.01})  # fmt: skip
+    return {**doc, "rows": rows}
+
+
+def test_tables_conclusions_and_figures_from_a_record(tmp_path):
+    from inkling_workbook import plots
+
+    ml.run(tmp_path, Ms=(8,), device="cpu", progress=False)
+    doc = _synthetic_record(ml.load_record(tmp_path / "data" / "moe_layer_cpu.json"))
+    table = ml.timing_table(doc)
+    assert len(table) == len(ml.LAYOUTS)
+    first = table.iloc[0]
+    assert first["fused / unfused"] == f"{0.95 / 1.05:.3f}" and first["fp8_fused act share"] == f"{10 / 95:.1%}"
+    assert first["fp8 fused / bf16"] == "0.950"  # ranges 94.05-95.95 and 99-101: no tie
+    lines = ml.conclusions(doc)
+    assert any("fusion saves" in s and f"{1 - 0.95 / 1.05:+.1%}" in s for s in lines), lines
+    assert any("faster than the unfused one at every M" in s for s in lines), lines
+    assert any("FP8 wins" in s for s in lines) and any("2/2 cases" in s for s in lines)
+    assert ml.accuracy_table(doc).shape == (len(ml.LAYOUTS), len(ml.VARIANTS))
+    for draw, stem in ((plots.draw_moe_layer, "moe_layer_x"), (plots.draw_moe_error, "moe_error_x")):
+        paths = draw(doc, tmp_path / stem)
+        assert [p.suffix for p in paths] == [".png", ".svg"] and all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_combine_kernel_is_the_weighted_sum(layer, tokens, device):
+    """The Triton combine against the formula in torch ops (fp32 products summed in slot order,
+    one bf16 rounding), into a NaN-poisoned output: bit for bit under the interpreter; within one
+    bf16 rounding compiled (the GPU may contract a product and the sum into an FMA)."""
+    gen = torch.Generator().manual_seed(9)
+    ids, w = ml.route(tokens.to(device), ml.make_layer(**SHAPE, device=device, seed=3))
+    plan = ml.make_plan(ids, layer.E)
+    g = ml.group(ids, layer.E)
+    for layout, shape in (("contiguous", (plan.rows, 384)), ("masked", (layer.E, plan.T, 384))):
+        y = torch.randn(shape, generator=gen).to(torch.bfloat16).to(device)
+        out = torch.full((M, 384), float("nan"), dtype=torch.bfloat16, device=device)
+        got = ml.combine(y, g, w, layout, out=out)
+        rows = y[g.expert, g.rank] if layout == "masked" else y[g.row]
+        want = (rows.view(M, layer.k, -1).float() * w[:, :, None]).sum(dim=1)
+        if device.type == "cpu":
+            assert torch.equal(got.view(torch.int16), want.to(torch.bfloat16).view(torch.int16)), layout
+        else:
+            assert ml.rel_error(got, want.double()) <= ml.U_BF16, layout
+
+
+class _StandInTimer:
+    """The timing code's interface (``GraphTimer``, ``time_interleaved``, ``warm_clocks``) with
+    no GPU: each "graph" runs its call twice and reports made-up replay times."""
+
+    class GraphTimer:
+        def __init__(self, calls):
+            self.calls, self.reps = calls, 100
+            for c in calls * 2:
+                c()
+
+        def close(self):
+            pass
+
+    @staticmethod
+    def time_interleaved(timers, passes):
+        from inkling_workbook.bench import Timing
+
+        return {k: Timing.from_passes([[1.0 + i, 1.1 + i]] * passes, t.reps) for i, (k, t) in enumerate(timers.items())}
+
+    @staticmethod
+    def warm_clocks():
+        return {}
+
+
+def test_the_timing_code_runs_with_a_stand_in_timer(tmp_path):
+    """The benchmark's timing and compile code on the CPU: every layer, activation and compiled
+    layer gets a row (the compile with the aot_eager backend), and a record the tables read."""
+    doc = ml.run(tmp_path, Ms=(8,), device="cpu", progress=False, timer=_StandInTimer, compile_Ms=(8,),
+                 compile_backend="aot_eager")  # fmt: skip
+    kinds = {(r["layout"], r["kind"], r["variant"]) for r in doc["rows"]}
+    want = {(lo, kind, v) for lo in ml.LAYOUTS for kind in ("layer", "activation") for v in ml.VARIANTS}
+    want |= {("contiguous", "compiled", v) for v in ("bf16", "fp8_fused")}
+    assert kinds == want and doc["errors"] == []
+    assert [(c["variant"], c["ok"], c["mode"]) for c in doc["compile"]] == [
+        (v, True, "torch.compile(fullgraph=True, dynamic=True)") for v in ("bf16", "fp8_fused")
+    ]
+    assert all(c["rel_err"] <= ml.error_bound(c["variant"]) for c in doc["compile"])
+    assert (tmp_path / "data" / "moe_layer_cpu.csv").exists()
+    assert len(ml.timing_table(doc)) == len(ml.LAYOUTS) and ml.conclusions(doc)
