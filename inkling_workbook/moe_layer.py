@@ -35,7 +35,7 @@ One layer, ``M`` tokens of hidden size ``H``, ``E`` experts of intermediate size
 
 The cuBLAS per-expert FP8 call wants each expert's activation scales with strides exactly
 ``(1, rows)``: in the masked layout ``scale_layout="cublas"`` gives that per expert directly (a
-``[T, G]`` slice of ``[E, T, G]`` with strides ``(1, T)``); in the contiguous layout one
+``[Tp, G]`` slice of ``[E, Tp, G]`` with strides ``(1, Tp)``, ``Tp = round_up(T, 16)``); in the contiguous layout one
 quantization covers every expert, so each expert's ``[rows, G]`` slice is copied into its own
 ``(1, rows)`` buffer (``E`` small copies: a grouped FP8 GEMM reading offsets on the device, such
 as DeepGEMM's contiguous one, would read the scales in place). ``rows`` a multiple of 4
@@ -283,7 +283,7 @@ def gemm1(xs: torch.Tensor, layer: Layer, g: Grouping, plan: Plan, layout: str) 
 
 def activation(gateup: torch.Tensor, variant: str, masked_m: torch.Tensor | None = None, out=None):
     """The variant's activation of GEMM1's output: bf16 ``[..., N]`` for ``"bf16"``, else
-    ``(q, scales)`` in the ``"cublas"`` layout (rows padded to a multiple of 4; in the masked layout
+    ``(q, scales)`` in the ``"cublas"`` layout (rows padded to a multiple of 16; in the masked layout
     the fused op skips rows ``t >= masked_m[e]``, the unfused pair computes them). ``out``: the
     ``(q, scales)`` to write (FP8 variants)."""
     if variant == "fp8_fused":
