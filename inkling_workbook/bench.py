@@ -153,7 +153,7 @@ class GraphTimer:
             # the probe's per-call time includes its capture's ramp, so the count can fall short of
             # the replay length (seen: 922 us for a 1 ms target): measured once more, and scaled up
             cap = max(self._round(MAX_CALLS), probe)
-            replay = statistics.median(self.replay(3))
+            replay = statistics.median(self.replay(3)) * self.graph_calls  # the whole replay, us
             if replay < min_replay_us and reps < cap:
                 reps = min(cap, self._round(math.ceil(reps * 1.1 * min_replay_us / max(replay, 1e-3))))
                 self._capture(reps)

@@ -18,6 +18,10 @@
 #              fused FP8 kernel step by step (notebook 07, checked then timed, ~1 minute)
 #              -> data/fp8_steps_<gpu>.csv, .json
 #   fp8steps   only that last part of serving (alone on the GPU)
+#   decode     the decode-to-mid sweep against the sglang-config baseline and the empty-kernel
+#              floors, alone on the GPU (~2 minutes) -> data/decode_<gpu>.csv, .json
+#   moe        the MoE layer of notebook 08 (accuracy, bitwise, eager and compiled timings), alone
+#              on the GPU (~4 minutes) -> data/moe_layer_<gpu>.csv, .json
 #   tests      the whole test suite on the GPU
 #   sanitize   compute-sanitizer memcheck over the kernel tests, then racecheck and initcheck
 #   bitwise    port vs helion matrix -> data/bitwise_<gpu>.json; NVFP4 fused == unfused ==
@@ -41,7 +45,7 @@
 # its own log and tarball (three files).
 set -uo pipefail
 OUT_DIR=${1:-${OUT:-build/gpu_job}}
-STEPS=${2:-bench,serving,tests,sanitize,bitwise,fusion,notebooks}
+STEPS=${2:-bench,serving,decode,moe,tests,sanitize,bitwise,fusion,notebooks}
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 echo $$ >"$OUT_DIR/pid"
@@ -105,7 +109,7 @@ START=$SECONDS
 # pack: the records and notebooks written so far, into the tarball (rewritten after every phase)
 pack() { tar czf "$OUT_DIR/publish_$GPU.tar.gz" data notebooks/*.ipynb; }
 
-if want bench || want serving || want fp8steps; then
+if want bench || want serving || want fp8steps || want decode || want moe; then
   echo "=== phase 1, alone on the GPU: benchmark, timing-method test, serving measurements ($(stamp))"
   want bench && run bench $PY -m inkling_workbook bench --cold-l2 --no-tune
   if want serving; then
@@ -114,7 +118,9 @@ if want bench || want serving || want fp8steps; then
     run steps $PY -m inkling_workbook steps
   fi
   (want serving || want fp8steps) && run fp8steps $PY -m inkling_workbook fp8-steps --device cuda
-  show bench timing serving steps fp8steps
+  want decode && run decode $PY -m inkling_workbook decode
+  want moe && run moe $PY -m inkling_workbook moe-layer
+  show bench timing serving steps fp8steps decode moe
   pack
 fi
 
@@ -150,9 +156,10 @@ echo "=== phase 2, sharing the GPU: tests + sanitizer | bitwise + notebooks 04, 
   want fusion && run fusion $PY -m inkling_workbook fusion
   want notebooks && run notebooks_04_05_07 notebooks notebooks/04_*.ipynb notebooks/05_*.ipynb notebooks/07_*.ipynb
 ) &
-( want notebooks && run notebooks_01_03 notebooks notebooks/01_*.ipynb notebooks/02_*.ipynb notebooks/03_*.ipynb ) &
+( want notebooks && run notebooks_01_03_08 notebooks notebooks/01_*.ipynb notebooks/02_*.ipynb notebooks/03_*.ipynb \
+  notebooks/08_*.ipynb ) &
 wait
-show tests tests_fusion_off memcheck racecheck initcheck bitwise nvfp4_bitwise ptx fusion notebooks_01_03 notebooks_04_05_07
+show tests tests_fusion_off memcheck racecheck initcheck bitwise nvfp4_bitwise ptx fusion notebooks_01_03_08 notebooks_04_05_07
 pack
 
 if want notebooks; then
