@@ -329,8 +329,7 @@ def scaled_mm_standin(q, s, wq, ws) -> torch.Tensor:
 
 def _scale_b(ws: torch.Tensor) -> torch.Tensor:
     """``ws [H / 128, K / 128]`` as cuBLAS reads the weight scales: ``ws.t()`` with a column stride
-    of ``round_up(K / 128, 4)`` (at ``K / 128 = 2`` the unpadded stride gave results 8.5% off on
-    the H200, 2026-12-02)."""
+    of ``round_up(K / 128, 4)``."""
     kb = ws.shape[-1]
     if kb % 4:
         padded = ws.new_zeros((*ws.shape[:-1], _round_up(kb, 4)))
@@ -341,13 +340,28 @@ def _scale_b(ws: torch.Tensor) -> torch.Tensor:
 
 def _fp8_mm_into(out, q, s, wq, ws) -> None:
     """``out = q x wq^T`` blockwise (``q [rows, K]`` e4m3 with ``s [rows, K / 128]``, ``wq [H, K]``
-    with ``ws [H / 128, K / 128]``), bf16."""
+    with ``ws [H / 128, K / 128]``), bf16.
+
+    Where ``K / 128`` is not a multiple of 4, cuBLAS reads the weight scales at a column stride of
+    ``round_up(K / 128, 4)``. Newer torch asks for that stride; torch 2.11 asks for ``K / 128``
+    exactly, accepts it, and the result is wrong (8.5% off at ``K / 128 = 2`` on the H200,
+    2026-12-02). So the scales go in at the padded stride, and a torch that refuses it gets a
+    ``ValueError`` instead of a wrong product."""
     if s.stride() != (1, s.shape[0]):  # cuBLAS wants the activation scales' strides exactly (1, rows)
         s = s.t().contiguous().t()
-    if scaled_mm_available(q.device):
-        torch._scaled_mm(q, wq.t(), scale_a=s, scale_b=_scale_b(ws), out_dtype=torch.bfloat16, out=out)
-    else:
+    if not scaled_mm_available(q.device):
         out.copy_(scaled_mm_standin(q, s, wq, ws))
+        return
+    try:
+        torch._scaled_mm(q, wq.t(), scale_a=s, scale_b=_scale_b(ws), out_dtype=torch.bfloat16, out=out)
+    except RuntimeError as e:
+        if ws.shape[-1] % 4 == 0 or "Invalid scaling configuration" not in str(e):
+            raise
+        raise ValueError(
+            f"K (wq's last dimension, {wq.shape[-1]}) must be a multiple of 512 for blockwise torch._scaled_mm "
+            f"with torch {torch.__version__}: it refuses the weight-scale stride cuBLAS reads at K / 128 = "
+            f"{ws.shape[-1]} and misreads the one it accepts"
+        ) from e
 
 
 @torch.library.custom_op("inkling_workbook::fp8_blockwise_grouped_mm", mutates_args=())

@@ -193,14 +193,22 @@ def test_gpu_paths_available_on_sm90():
 def test_gpu_scaled_mm_equals_the_standin(rows, N):
     if not ml.scaled_mm_available("cuda"):
         pytest.skip("no blockwise FP8 torch._scaled_mm on this GPU")
-    # N = 256: K / 128 = 2 weight-scale columns, not a multiple of 4 (the H200 run of 2026-12-02
-    # disagreed with the stand-in by 8.5% there before the op padded the weight scales' stride)
+    # N = 256: K / 128 = 2 weight-scale columns, not a multiple of 4 (torch 2.11 took the unpadded
+    # stride and gave results 8.5% off the stand-in on the H200, 2026-12-02): the op gives the right
+    # product or a ValueError, never a wrong product
     layer = ml.make_layer(2, 1, 512, N, device="cuda", seed=4)
     gen = torch.Generator().manual_seed(rows)
     gateup = torch.randn((rows, 2 * N), generator=gen).to(torch.bfloat16).cuda()
     q, s = ml.activation(gateup, "fp8_fused")
-    got = ml.fp8_blockwise_mm(q, s, layer.w2_q[0], layer.w2_s[0])
     want = ml.scaled_mm_standin(q, s, layer.w2_q[0], layer.w2_s[0])
+    if N % 512:
+        try:
+            got = ml.fp8_blockwise_mm(q, s, layer.w2_q[0], layer.w2_s[0])
+        except ValueError as e:
+            assert "multiple of 512" in str(e) and torch.__version__ in str(e)
+            return
+    else:
+        got = ml.fp8_blockwise_mm(q, s, layer.w2_q[0], layer.w2_s[0])
     assert ml.rel_error(got, want.double()) <= 2 * ml.U_BF16  # two bf16 roundings of one fp32 product
 
 
