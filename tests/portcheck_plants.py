@@ -62,3 +62,14 @@ def package_cases():
     return portcheck.matrix(
         shapes=[(2, 768)], value_classes=("random", "edges"), kwargs=({"interleaved": True}, {"interleaved": False})
     )
+
+
+def silu_flip_one_bit(gateup, topk_weights=None, out_dtype=None, *, interleaved=True, out=None):
+    """The package's silu_and_mul with one bit of output element (0, 3) flipped: a port that is
+    off by one ulp in one place (the bitwise records' planted mismatch)."""
+    import inkling_kernels as ik
+
+    result = ik.silu_and_mul(gateup, topk_weights, out_dtype, interleaved=interleaved, out=out)
+    ints = {2: torch.int16, 4: torch.int32}[result.element_size()]
+    result.view(ints)[0, 3] ^= 1
+    return result

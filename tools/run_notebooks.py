@@ -69,7 +69,13 @@ def main(argv=None) -> int:
         nb = nbformat.read(path, as_version=4)
         start = time.time()
         client = NotebookClient(
-            nb, timeout=args.timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+            nb,
+            timeout=args.timeout,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(path.parent)}},
+            # the kernel's own log (ipykernel 7 warns on every start that its local TCP is not
+            # encrypted) stays out of the console; cell errors still come back as outputs
+            extra_arguments=["--IPKernelApp.log_level=ERROR"],
         )
         try:
             client.execute()
