@@ -184,10 +184,45 @@ def _case(shape, dtype, value_class, stride, scale, seed, prefix="") -> portchec
     return portcheck.Case(name, make=make, seed=seed, value_class=value_class, stride=stride, out=_out)
 
 
+#: The scale of the result-ties cases: 1/7 rounds up in fp32 by 0.75 of its last place, enough to
+#: move ``y * (1/7)`` off an exact ``y / 7``.
+TIES_SCALE = 7.0
+
+
+def result_ties(shape, seed: int) -> torch.Tensor:
+    """bf16 ``x [M, 2N]`` whose exact results ``y / 7`` lie halfway between two e4m3 values at
+    half the columns: there ``gate = 32`` (``silu(32)`` is 32 in fp32) and ``up = 7 t / 32`` for an
+    e4m3 tie ``t = +-(1 + (2m + 1) / 16) * 2**e`` (m = 3..7: mantissas of 1.44 and more, where
+    ``y * fp32(1/7)`` rounds to the fp32 value above ``t``), every value exact in bf16. The other
+    columns are ``randn * 3``. Only at such ties can dividing by the scale and multiplying by its
+    reciprocal round to different e4m3 values; random inputs almost never land on one."""
+    gen = torch.Generator().manual_seed(seed)
+    m_rows, two_n = shape
+    n = two_n // 2
+    x = (torch.randn(shape, generator=gen, dtype=torch.float64) * 3).to(torch.bfloat16)
+    cols = torch.randperm(n, generator=gen)[: max(1, n // 2)]
+    k = (m_rows, cols.numel())
+    mant = 1 + (2 * torch.randint(3, 8, k, generator=gen, dtype=torch.float64) + 1) / 16
+    t = mant * torch.exp2(torch.randint(-5, 7, k, generator=gen).double())
+    t = torch.where(torch.rand(k, generator=gen) < 0.5, -t, t)
+    x[:, cols] = 32.0
+    x[:, n + cols] = (TIES_SCALE * t / 32).to(torch.bfloat16)
+    return x
+
+
+def _ties_case(shape, seed, prefix="") -> portcheck.Case:
+    def make(seed, device, shape=shape):
+        x = result_ties(shape, seed).to(device)
+        return (x, torch.tensor([TIES_SCALE], dtype=torch.float32, device=device)), {}
+
+    name = f"{prefix}{'x'.join(map(str, shape))} bfloat16 result_ties contiguous scale={TIES_SCALE} seed={seed}"
+    return portcheck.Case(name, make=make, seed=seed, value_class="ties", out=_out)
+
+
 def cases(ms, ns, value_classes=portcheck.VALUE_CLASSES, prefix: str = "") -> list[portcheck.Case]:
     """``x [M, 2N]`` for every M, N: bf16 in every value class, contiguous and row-padded, the
     scales in rotation; fp16 and fp32 (random and ties) at the last shape; a 3-D ``[2, M, 2N]``
-    input at the first."""
+    input at the first; :func:`result_ties` at the first and the last."""
     out, seed = [], 0
     shapes = [(m, 2 * n) for m in ms for n in ns]
     for shape in shapes:
@@ -202,11 +237,14 @@ def cases(ms, ns, value_classes=portcheck.VALUE_CLASSES, prefix: str = "") -> li
     for scale in (0.37, 0.004):
         out.append(_case((2, *shapes[0]), torch.bfloat16, "random", "contiguous", scale, seed, prefix))
         seed += 1
+    for shape in (shapes[0], shapes[-1]):
+        out.append(_ties_case(shape, seed, prefix))
+        seed += 1
     return out
 
 
 def cpu_cases() -> list[portcheck.Case]:
-    """The interpreter-sized matrix: M = 1 and 3 at N = 384 and an odd N = 200 (44 cases)."""
+    """The interpreter-sized matrix: M = 1 and 3 at N = 384 and an odd N = 200 (48 cases)."""
     return cases((1, 3), (384, 200))
 
 
