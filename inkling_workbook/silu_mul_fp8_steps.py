@@ -68,10 +68,10 @@ class Step:
 
 
 STEPS = [
-    Step(0, "naive", "the first port's arithmetic: fp32 g * sigmoid(g) * u, divided by the scale", (False, False, False)),
+    Step(0, "naive", "the first port's arithmetic (fp32 g * sigmoid(g) * u) over the scale", (False, False, False)),
     Step(1, "exp_div", "silu as g / (1 + libdevice.exp(-g)), the original's decomposition", (True, False, False)),
     Step(2, "bf16_intermediates", "silu rounded to x's dtype, the product in x's dtype", (True, True, False)),
-    Step(3, "reciprocal", "times 1 / scale (one division a program) instead of divided by the scale", (True, True, True)),
+    Step(3, "reciprocal", "times 1 / scale (one division a program), not divided by it", (True, True, True)),
 ]  # fmt: skip
 STEP_NAMES = [s.name for s in STEPS]
 
