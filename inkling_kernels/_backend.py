@@ -234,9 +234,10 @@ def interpreting():
     block, everything the interpreter patched in ``triton.language`` is put back, so compiled
     kernels still build in the same process.
 
-    The package's own two patches (``JITFunction.__call__`` and the interpreter's fp32 -> bf16
-    cast) are installed by the outermost block and removed when it ends. The outermost block
-    holds a process-wide lock, so interpreted launches of different threads run one at a time;
+    The package's own patches (``JITFunction.__call__``; in the interpreter the fp32 -> bf16
+    cast, bf16 arithmetic, the fp32 -> e4m3 conversion and ``libdevice.exp``) are installed by
+    the outermost block and removed when it ends. The outermost block holds a process-wide lock,
+    so interpreted launches of different threads run one at a time;
     a compiled-kernel call from another thread meanwhile sees Triton's behaviour (the patched
     ``__call__`` defers to the original outside an interpreted run of its own thread)."""
     depth = getattr(_state, "depth", 0)
