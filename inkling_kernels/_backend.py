@@ -36,6 +36,8 @@ import numpy as np
 import torch
 import triton.language as tl
 from triton import knobs
+from triton._C.libtriton import ir as _ir
+from triton.language.extra import libdevice
 from triton.runtime.interpreter import InterpretedFunction, TensorHandle, interpreter_builder
 from triton.runtime.jit import JITFunction
 
@@ -92,9 +94,79 @@ def _cast_impl(src, dst_type):
     return _original_cast_impl(src, dst_type)
 
 
-# The two patches an interpreted launch needs, applied by the outermost :func:`interpreting` block
+def _bf16_as_f32(bits) -> np.ndarray:
+    """bf16 bit patterns (the interpreter stores bf16 as uint16) widened exactly to fp32."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _f32_as_bf16_bits(x) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    t = torch.from_numpy(np.array(x, dtype=np.float32, copy=True).reshape(-1))
+    return t.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16).reshape(np.shape(x))
+
+
+_original_binary_op = interpreter_builder.binary_op
+_BF16_ARITHMETIC = (np.add, np.subtract, np.multiply, np.divide)
+
+
+def _binary_op(lhs, rhs, op):
+    """bf16 arithmetic in the interpreter. Triton 3.9's interpreter applies numpy's operator to
+    the uint16 bit patterns it stores bf16 in (``bf16 * bf16`` multiplies two integers). The GPU
+    rounds the exact result once to bf16 (``mul.rn.bf16``); so does this: the operands widened
+    exactly to fp32, the fp32 operation (correctly rounded, and 24 >= 2 * 8 + 2 bits make the
+    second rounding to bf16 innocuous for + - * /), then round to nearest even."""
+    if (
+        getattr(_state, "depth", 0) > 0
+        and _BF16_ROUNDING["mode"] == "rne"
+        and lhs.dtype.scalar == tl.bfloat16
+        and rhs.dtype.scalar == tl.bfloat16
+        and any(op is f for f in _BF16_ARITHMETIC)
+    ):
+        with np.errstate(all="ignore"):
+            result = op(_bf16_as_f32(lhs.data), _bf16_as_f32(rhs.data))
+        return TensorHandle(_f32_as_bf16_bits(result), tl.bfloat16)
+    return _original_binary_op(lhs, rhs, op)
+
+
+_original_fp_to_fp = interpreter_builder.create_fp_to_fp
+E4M3_MAX = 448.0
+
+
+def _fp_to_fp(src, dst_type, rounding_mode):
+    """fp32 -> fp8 e4m3fn in the interpreter as the GPU converts it (``cvt.rn.satfinite.e4m3x2.f32``
+    on sm_89+): round to nearest even, +-Inf and everything beyond +-448 saturate to +-448, every
+    NaN becomes 0x7F. Triton 3.9's interpreter truncates the exponent instead (1000.0 -> 256.0,
+    NaN -> 0x7C, 464.0 -> NaN)."""
+    if (
+        getattr(_state, "depth", 0) > 0
+        and _BF16_ROUNDING["mode"] == "rne"
+        and src.dtype.scalar == tl.float32
+        and dst_type.scalar == tl.float8e4nv
+        and rounding_mode == _ir.ROUNDING_MODE.RTNE
+    ):
+        x = np.asarray(src.data, dtype=np.float32)
+        t = torch.from_numpy(np.array(x, copy=True).reshape(-1)).clamp(-E4M3_MAX, E4M3_MAX)  # NaN stays NaN
+        byte = t.to(torch.float8_e4m3fn).view(torch.uint8).numpy().reshape(np.shape(x))
+        return TensorHandle(np.where(np.isnan(x), np.uint8(0x7F), byte).astype(np.uint8), tl.float8e4nv)
+    return _original_fp_to_fp(src, dst_type, rounding_mode)
+
+
+def _libdevice_exp(arg0, _semantic=None):
+    """``libdevice.exp`` in the interpreter: Triton 3.9's interpreter leaves the libdevice stubs
+    unbound (a call returns None), so this runs ``tl.exp`` (numpy's ``exp``) instead. On the GPU
+    the same line calls ``__nv_expf``; the bits of the two differ, each backend is consistent."""
+    return tl.math.exp(arg0)
+
+
+# The patches an interpreted launch needs, applied by the outermost :func:`interpreting` block
 # only and taken back when it ends: importing the package changes nothing in Triton.
-_SCOPED_PATCHES = ((JITFunction, "__call__", _jit_call), (interpreter_builder, "cast_impl", _cast_impl))
+_SCOPED_PATCHES = (
+    (JITFunction, "__call__", _jit_call),
+    (interpreter_builder, "cast_impl", _cast_impl),
+    (interpreter_builder, "binary_op", _binary_op),
+    (interpreter_builder, "create_fp_to_fp", _fp_to_fp),
+    (libdevice, "exp", _libdevice_exp),
+)
 
 
 def _apply_scoped_patches() -> list[tuple[object, str, object]]:
@@ -162,9 +234,10 @@ def interpreting():
     block, everything the interpreter patched in ``triton.language`` is put back, so compiled
     kernels still build in the same process.
 
-    The package's own two patches (``JITFunction.__call__`` and the interpreter's fp32 -> bf16
-    cast) are installed by the outermost block and removed when it ends. The outermost block
-    holds a process-wide lock, so interpreted launches of different threads run one at a time;
+    The package's own patches (``JITFunction.__call__``; in the interpreter the fp32 -> bf16
+    cast, bf16 arithmetic, the fp32 -> e4m3 conversion and ``libdevice.exp``) are installed by
+    the outermost block and removed when it ends. The outermost block holds a process-wide lock,
+    so interpreted launches of different threads run one at a time;
     a compiled-kernel call from another thread meanwhile sees Triton's behaviour (the patched
     ``__call__`` defers to the original outside an interpreted run of its own thread)."""
     depth = getattr(_state, "depth", 0)

@@ -1,5 +1,5 @@
-"""``python -m inkling_workbook {check,portcheck,bench,decode,serving,steps,fp8-steps,fusion,moe-layer,figures,
-results,info}``."""
+"""``python -m inkling_workbook {check,portcheck,bench,decode,serving,steps,fp8-steps,fusion,moe-layer,
+silu-mul-fp8,figures,results,info}``."""
 
 from __future__ import annotations
 
@@ -164,6 +164,19 @@ def _decode(args) -> int:
     return 0 if json.loads(Path(json_path).read_text())["bits_equal_all"] else 1
 
 
+def _silu_mul_fp8(args) -> int:
+    from . import bench, silu_mul_fp8_bench
+
+    bench.require_gpu()
+    doc = silu_mul_fp8_bench.run(args.out, quick=args.quick, progress=not args.no_progress)
+    print(doc["tally"])
+    for step in doc.get("steps", []):
+        print(f"step {step['step']} {step['name']}: {step['equal_cases']}/{step['cases']} cases equal")
+    print(silu_mul_fp8_bench.summary(doc["rows"]))
+    print(f"wrote {doc['portcheck']} (and .md), {doc['bench_csv']} and {doc['bench_json']}")
+    return 0 if doc["ok"] else 1
+
+
 def _info(args) -> int:
     print(json.dumps(provenance.collect(), indent=1))
     return 0
@@ -234,6 +247,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(provenance.REPO_ROOT), help="writes OUT/data/decode_<gpu>.csv and .json")
     p.add_argument("--budget-s", type=float, default=200.0, help="start no new shape after this many seconds")
     p.set_defaults(fn=_decode)
+    p = sub.add_parser(
+        "silu-mul-fp8",
+        help="the second port (notebook 09): portcheck over the GPU matrix, then port vs helion vs compile (GPU)",
+    )
+    p.add_argument("--out", help="root for data/ (default: the repository)")
+    p.add_argument("--quick", action="store_true", help="fewer shapes, no steps")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(fn=_silu_mul_fp8)
     p = sub.add_parser("info", help="print device, versions and interpreter settings")
     p.set_defaults(fn=_info)
     args = parser.parse_args(argv)

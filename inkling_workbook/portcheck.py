@@ -55,7 +55,7 @@ elements and the first 5 differing coordinates with both values in hex and as nu
 Inf positions separately, and NaNs at the same position whose payloads differ; determinism (each
 callable run ``reruns`` times on the same inputs gives the same bits); with ``reference`` (a
 callable computing in float64), a histogram of ulp distances in the output dtype (representable
-values between the reference rounded to that dtype and the output) in buckets 0, 1, 2, 3-4,
+values between the reference rounded to that dtype and the output; bf16, fp16, fp32 and e4m3fn) in buckets 0, 1, 2, 3-4,
 5-8, >8 and ``nan`` (NaN on one side only). A mismatch carries the inputs' seed and a reproducer.
 
 **Generated code** (``code=True``). Every Triton launch each callable makes on the first case is
@@ -392,20 +392,40 @@ def _bit_diff(x: torch.Tensor, y: torch.Tensor) -> dict:
     return row
 
 
+ULP_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn)
+
+
+def e4m3_ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Per-element distance in e4m3fn values between two e4m3fn tensors (int64): the count of
+    representable values between them (+0 and -0 are 0 apart), 0 where both are NaN, -1 where
+    one is (e4m3fn has no infinities; its NaN is 0x7F / 0xFF)."""
+
+    def ordered(t):
+        bits = t.contiguous().view(torch.uint8).to(torch.int64)
+        mag = bits & 0x7F
+        return torch.where(bits >= 0x80, -mag, mag), mag == 0x7F
+
+    (oa, na), (ob, nb) = ordered(a), ordered(b)
+    dist = torch.where(na & nb, 0, (oa - ob).abs())
+    return torch.where(na ^ nb, -1, dist)
+
+
 def ulp_histogram(outs: list, refs: list) -> dict | None:
     """Buckets of ulp distances (in each output's dtype) between ``outs`` and ``refs`` rounded to
-    that dtype; None where no output has a dtype ``ulp_distance`` measures (bf16, fp16, fp32)."""
+    that dtype; None where no output has a dtype measured here (bf16, fp16, fp32, e4m3fn)."""
     from inkling_kernels.reference import ulp_distance
 
     hist = dict.fromkeys(ULP_BUCKETS, 0)
     measured = False
     for out, ref in zip(outs, refs):
-        if not isinstance(out, torch.Tensor) or out.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        if not isinstance(out, torch.Tensor) or out.dtype not in ULP_DTYPES:
             continue
-        ref = ref.detach().cpu().to(out.dtype)
+        ref = ref.detach().cpu()
+        ref = ref if ref.dtype == out.dtype else ref.to(out.dtype)
         if ref.shape != out.shape:
             continue
-        d = ulp_distance(out, ref).reshape(-1)
+        dist = e4m3_ulp_distance if out.dtype == torch.float8_e4m3fn else ulp_distance
+        d = dist(out, ref).reshape(-1)
         measured = True
         hist["nan"] += int((d < 0).sum())
         for label, lo, hi in (("0", 0, 0), ("1", 1, 1), ("2", 2, 2), ("3-4", 3, 4), ("5-8", 5, 8)):

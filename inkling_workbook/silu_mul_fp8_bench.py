@@ -1,0 +1,259 @@
+"""The second port's GPU records (``python -m inkling_workbook silu-mul-fp8``): portcheck over the
+GPU matrix, the port's steps, and the timing sweep of the port against the helion original with
+its production config and against ``torch.compile`` of the formula.
+
+Writes, under ``data/`` (``<gpu>`` is ``h200`` on an NVIDIA H200):
+
+* ``silu_mul_fp8_portcheck_<gpu>.json`` / ``.md``: the portcheck report of the port against the
+  original over :func:`inkling_workbook.silu_mul_fp8_port.gpu_cases` (raw bits, the ulp
+  histogram against the float64 reference, the generated code), with provenance and the tally of
+  every step of :mod:`inkling_workbook.silu_mul_fp8_steps` over the same cases;
+* ``silu_mul_fp8_bench_<gpu>.csv`` and ``.json``: per shape of :func:`sweep_shapes` the median and
+  spread of each implementation (``inkling_workbook.bench.time_calls``: CUDA-graph replay of a
+  fixed count of calls, passes interleaved), the bits of the timed outputs compared with the
+  original's, and the provenance.
+
+About 2-3 minutes on an H200 (``--quick``: a third of the shapes, no steps).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from . import portcheck, provenance
+from . import silu_mul_fp8_helion as helion_side
+from . import silu_mul_fp8_port as port_side
+from . import silu_mul_fp8_steps as steps
+
+SWEEP_M = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 2048, 8192, 32768)
+SWEEP_N = (768, 1536, 3072)
+QUICK_M = (1, 16, 128, 2048, 32768)
+SCALE = 0.37  # one fp32 scale for the sweep (its value does not change the work)
+IMPLS = ("port", "helion", "compile")
+
+
+def sweep_shapes(quick: bool = False) -> list[tuple[int, int]]:
+    """(M, N), decode to prefill: every M picks a config of the recorded H100 table."""
+    return [(m, n) for n in SWEEP_N for m in (QUICK_M if quick else SWEEP_M)]
+
+
+def nbytes(M: int, N: int) -> int:
+    """The bytes a call must move: ``[M, 2N]`` bf16 in, ``[M, N]`` e4m3 out, the scale."""
+    return M * 2 * N * 2 + M * N + 4
+
+
+_compiled = {}
+
+
+def compiled_formula():
+    """``torch.compile(formula, dynamic=False)``: one static graph per shape (recompile limits raised
+    as in :mod:`inkling_workbook.bench`)."""
+    if "static" not in _compiled:
+        from .bench import _configure_dynamo
+
+        _configure_dynamo()
+        _compiled["static"] = torch.compile(helion_side.formula, dynamic=False)
+    return _compiled["static"]
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.uint8)
+
+
+def time_shape(M: int, N: int, device: torch.device) -> list[dict]:
+    """One shape: the three implementations' timings (warm L2, the same buffers every call) and
+    their bits on the timed inputs against the original's."""
+    from . import bench
+
+    gen = torch.Generator(device=device).manual_seed(M * 7919 + N)
+    x = (torch.randn((M, 2 * N), generator=gen, device=device) * 3).to(torch.bfloat16)
+    scale = torch.tensor([SCALE], dtype=torch.float32, device=device)
+    outs = {k: torch.full((M, N), 0x7F, dtype=torch.uint8, device=device).view(port_side.OUT_DTYPE) for k in IMPLS}
+    compiled = compiled_formula()
+    t0 = time.perf_counter()
+    want = helion_side.silu_mul_fp8_helion(x, scale, out=outs["helion"])
+    got = port_side.silu_mul_fp8(x, scale, out=outs["port"])
+    comp = compiled(x, scale)
+    first_calls_s = time.perf_counter() - t0
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    mismatches = {
+        "port": int((_bits(got) != _bits(want)).sum()),
+        "helion": 0,
+        "compile": int((_bits(comp) != _bits(want)).sum()),
+    }
+    calls = {
+        "port": lambda: port_side.silu_mul_fp8(x, scale, out=outs["port"]),
+        "helion": lambda: helion_side.silu_mul_fp8_helion(x, scale, out=outs["helion"]),
+        "compile": lambda: compiled(x, scale),
+    }
+    passes = bench.DECODE_PASSES if M <= bench.DECODE_MAX_M else bench.OTHER_PASSES
+    timings = bench.time_calls(calls, passes)
+    configs = {
+        "port": port_side.launch_config(M, N).label,
+        "helion": helion_side.config_label(M, N),
+        "compile": "torch.compile(formula, dynamic=False)",
+    }
+    rows = []
+    for name in IMPLS:
+        row = {"M": M, "N": N, "impl": name, "config": configs[name], **timings[name].columns(nbytes(M, N))}
+        row["mismatches_vs_original"] = mismatches[name]
+        row["bits_equal_original"] = mismatches[name] == 0
+        rows.append(row)
+    for r in rows:
+        r["first_calls_s"] = round(first_calls_s, 3)
+        r["speedup_vs_helion"] = round(timings["helion"].median_us / timings[r["impl"]].median_us, 4)
+    return rows
+
+
+def run_sweep(shapes, device: torch.device, progress: bool = True) -> list[dict]:
+    rows = []
+    for M, N in _progress(shapes, "timing sweep", progress):
+        rows += time_shape(M, N, device)
+    return rows
+
+
+def _progress(items, desc: str, on: bool):
+    if not on:
+        return items
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc=desc)
+
+
+def step_tallies(cases, device: torch.device, progress: bool = True) -> list[dict]:
+    """Every step of the port against the original over ``cases``: equal cases, differing elements."""
+    out = []
+    for s in _progress(steps.STEPS, "port steps", progress):
+        rep = portcheck.run(helion_side.silu_mul_fp8_helion, steps.step_fn(s.name), cases, device, code=False)
+        elements = sum(o.get("elements", 0) for r in rep.cases for o in r.get("outputs", []))
+        out.append({
+            "step": s.index, "name": s.name, "change": s.change, "cases": len(rep.cases),
+            "equal_cases": sum(r["ok"] for r in rep.cases), "elements": elements,
+            "mismatching_elements": sum(r.get("mismatches", 0) for r in rep.cases),
+            "first_mismatch": next((r["case"] for r in rep.cases if not r["ok"]), None),
+        })  # fmt: skip
+    return out
+
+
+def summary(rows: list[dict]) -> str:
+    """A markdown table: per shape the three medians and the port's speedups."""
+    by = {}
+    for r in rows:
+        by.setdefault((r["M"], r["N"]), {})[r["impl"]] = r
+    lines = [
+        "| M | N | port, us [range] | helion (its config), us [range] | torch.compile, us [range] | port vs helion "
+        "| port vs compile | bits |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for (M, N), d in by.items():
+        p, h, c = d["port"], d["helion"], d["compile"]
+        cell = lambda r: f"{r['median_us']:.2f} [{r['lo_us']:.2f}, {r['hi_us']:.2f}]"  # noqa: E731
+        bits = "equal" if p["bits_equal_original"] else f"{p['mismatches_vs_original']} differ"
+        lines.append(
+            f"| {M} | {N} | {cell(p)} | {cell(h)} | {cell(c)} | {h['median_us'] / p['median_us']:.2f}x "
+            f"| {c['median_us'] / p['median_us']:.2f}x | {bits} |"
+        )
+    return "\n".join(lines)
+
+
+NAMES = (
+    "inkling_workbook.silu_mul_fp8_helion:silu_mul_fp8_helion",
+    "inkling_workbook.silu_mul_fp8_port:silu_mul_fp8",
+    "inkling_workbook.silu_mul_fp8_port:gpu_cases",
+)
+CHUNK = 16
+
+
+def check(cases, device: torch.device, progress: bool = True) -> portcheck.Report:
+    """portcheck of the port against the original over ``cases`` with the float64 reference, in
+    chunks of :data:`CHUNK` cases (a progress bar over them); the generated code from the first."""
+    chunks = [cases[i : i + CHUNK] for i in range(0, len(cases), CHUNK)]
+    report = None
+    for i, chunk in enumerate(_progress(chunks, "portcheck", progress)):
+        part = portcheck.run(
+            helion_side.silu_mul_fp8_helion, port_side.silu_mul_fp8, chunk, device,
+            reference=helion_side.reference, code=i == 0, names=NAMES,
+        )  # fmt: skip
+        if report is None:
+            report = part
+        else:
+            report.cases += part.cases
+    return report
+
+
+def run(
+    out: str | Path | None = None,
+    quick: bool = False,
+    progress: bool = True,
+    device: str | torch.device = "cuda",
+    cases=None,
+    shapes=None,
+    command=None,
+) -> dict:
+    """The whole GPU job: portcheck (and the steps unless ``quick``), then the timing sweep;
+    writes the records under ``out/data`` (default: the repository's ``data/``)."""
+    from . import bench
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        bench.require_gpu()
+    root = Path(out) if out else provenance.REPO_ROOT
+    data = root / "data"
+    slug = provenance.device_slug(device)
+    t_start = time.perf_counter()
+    meta = provenance.collect(command)
+    cases = port_side.gpu_cases() if cases is None else cases
+    report = check(cases, device, progress)
+    doc = json.loads(report.to_json())
+    doc["provenance"] = meta
+    doc["tally"] = f"{sum(r['ok'] for r in report.cases)}/{len(report.cases)} cases equal and deterministic"
+    doc["steps"] = [] if quick else step_tallies(cases, device, progress)
+    doc["portcheck_s"] = round(time.perf_counter() - t_start, 1)
+    pc_json = data / f"silu_mul_fp8_portcheck_{slug}.json"
+    provenance.write_record(pc_json, json.dumps(doc, indent=1, default=str) + "\n")
+    provenance.write_record(pc_json.with_suffix(".md"), report.to_markdown())
+    if progress:
+        print(doc["tally"], flush=True)
+    if device.type == "cuda":
+        meta["clock_warmup"] = bench.warm_clocks()
+    t_sweep = time.perf_counter()
+    rows = run_sweep(shapes if shapes is not None else sweep_shapes(quick), device, progress)
+    csv_path = data / f"silu_mul_fp8_bench_{slug}.csv"
+    bench.write_csv(rows, csv_path)
+    ports = [r for r in rows if r["impl"] == "port"]
+    bench_meta = {
+        "provenance": meta,
+        "timing": {**bench.timing_meta(), "l2": "warm (the same buffers every call)", "scale": SCALE},
+        "impls": {
+            "port": "inkling_workbook.silu_mul_fp8_port.silu_mul_fp8 (launch_config), no PDL",
+            "helion": "inkling_workbook.silu_mul_fp8_helion.silu_mul_fp8_helion: vLLM's H100 table entry per shape",
+            "compile": "torch.compile(silu_mul_fp8_helion.formula, dynamic=False), one graph per shape",
+        },
+        "shapes": [list(s) for s in (shapes if shapes is not None else sweep_shapes(quick))],
+        "portcheck_tally": doc["tally"],
+        "port_bits_equal_all": all(r["bits_equal_original"] for r in ports),
+        "port_at_least_as_fast_as_helion": sum(r["speedup_vs_helion"] >= 1.0 for r in ports),
+        "port_slower_than_helion": [(r["M"], r["N"]) for r in ports if r["speedup_vs_helion"] < 1.0],
+        "shapes_timed": len(ports),
+        "sweep_s": round(time.perf_counter() - t_sweep, 1),
+        "elapsed_s": round(time.perf_counter() - t_start, 1),
+    }
+    if device.type == "cuda":
+        bench_meta["gpu_state_after"] = provenance.gpu_state()
+    json_path = csv_path.with_suffix(".json")
+    provenance.write_record(json_path, json.dumps(bench_meta, indent=1, default=str) + "\n")
+    return {
+        "portcheck": pc_json,
+        "bench_csv": csv_path,
+        "bench_json": json_path,
+        "ok": report.ok and bench_meta["port_bits_equal_all"],
+        "tally": doc["tally"],
+        "steps": doc["steps"],
+        "rows": rows,
+        "meta": bench_meta,
+    }
