@@ -1,26 +1,15 @@
 """The bitwise records of the silu port (``data/bitwise_<device>.json``), built from portcheck
 reports; and the NVFP4 matrix (fused == unfused == reference).
 
-A port is trusted when, for every case of a matrix that covers decode and prefill sizes, both
-layouts, weights, odd widths and output dtypes, the port's output has the same raw bits as the
-original's. The cases are ``portcheck_cases.bitwise_cases``; :func:`bitwise_record` runs three
-portcheck comparisons over them, the port on the port side of each:
-
-1. against the helion original (the fixed tile), with reruns (both sides repeat their bits) and
-   the same-order torch reference (the largest ulp distance, held to :data:`ULP_BUDGET`);
-2. against the helion original with the sm_90 table config, on the cases whose width the table
-   has (one call a side);
-3. against the port on the same gate/up data in the other layout, through the other kernel (one
-   call a side).
-
-and folds the three rows of a case into one row of the record (``port_vs_helion``,
-``port_vs_helion_sm90``, ``layouts_equal``, ``rerun_equal``, ``finite``, ``max_ulp_vs_ref``,
-``ok``), keeping portcheck's details (differing coordinates in hex, the reproducer) for a case
-that fails. Without helion only the third comparison runs, with the reruns and the reference.
-
-Both sides run on the same backend: on CUDA both are compiled; on CPU helion's generated Triton
-and the port both run in the Triton interpreter (there helion's fixed 1x256 tile takes seconds
-a call, so the original runs once a case and only the port is rerun).
+:func:`bitwise_record` runs three portcheck comparisons over ``portcheck_cases.bitwise_cases``,
+the package's ``silu_and_mul`` on the port side of each (:func:`comparisons`): the helion
+original (fixed tile) with reruns and the same-order torch reference; the helion original with
+the sm_90 table config, on the widths the table has; the port on the same gate/up data in the
+other layout. It folds a case's three rows into one record row (``port_vs_helion``,
+``port_vs_helion_sm90``, ``layouts_equal``, ``rerun_equal``, ``finite``, ``max_ulp_vs_ref``
+within :data:`ULP_BUDGET`, ``ok``; portcheck's rows under ``mismatch`` for a failing case).
+Without helion only the layouts comparison runs, with the reruns and the reference. See
+docs/portcheck.md ("This port's bitwise records are produced by it").
 """
 
 from __future__ import annotations
@@ -68,15 +57,15 @@ def comparisons(device: torch.device) -> list[dict]:
 
 
 def bitwise_record(
-    kind: str, device: torch.device | str | None = None, progress: bool = True, port=None, cases=None
+    kind: str, device: torch.device | str | None = None, progress: bool = True, port=None
 ) -> tuple[dict, dict[str, portcheck.Report]]:
-    """Run the comparisons over ``portcheck_cases.bitwise_cases(kind)`` (or ``cases``); returns
-    the record (provenance, matrix, tally, all_ok, cases, portcheck) and the reports by name.
+    """Run the comparisons over ``portcheck_cases.bitwise_cases(kind)``; returns the record
+    (provenance, matrix, tally, all_ok, cases, portcheck) and the reports by name.
     ``port``: the port side (default the package's ``silu_and_mul``; tests plant others)."""
     if kind not in portcheck_cases.MATRICES:
         raise ValueError(f"kind must be one of {portcheck_cases.MATRICES}, got {kind!r}")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    cases = list(cases) if cases is not None else portcheck_cases.bitwise_cases(kind)
+    cases = portcheck_cases.bitwise_cases(kind)
     port_fn = port or silu_and_mul  # looked up here: a test plants another port by monkeypatching
     port_name = PORT if port_fn is _PACKAGE_PORT else portcheck._label(port_fn)
     spec = f"inkling_workbook.portcheck_cases:bitwise_{kind}_cases"
@@ -197,10 +186,6 @@ def format_table(rows: list[dict]) -> str:
 
 def save(doc: dict, path: str | Path) -> None:
     provenance.write_record(path, json.dumps(doc, indent=1, default=str) + "\n")
-
-
-def load(path: str | Path) -> dict:
-    return json.loads(Path(path).read_text())
 
 
 # ---- NVFP4: fused == unfused == reference --------------------------------------------------
