@@ -1,6 +1,7 @@
 """inkling-workbook: the tooling of the workbook, kept apart from the library a server imports.
 
-* :mod:`.harness`: the bitwise case matrices and their runner (port vs helion originals).
+* :mod:`.portcheck`: a port against its original, bit for bit (:mod:`.portcheck_cases`: the silu
+  port's matrices); :mod:`.harness`: the bitwise records built from its reports, the NVFP4 matrix.
 * :mod:`.helion_original`: the helion kernels the port replaced (needs the ``[helion]`` extra).
 * :mod:`.bench`: the timing method, the baselines and the sweeps; :mod:`.plots`: the figures.
 * :mod:`.provenance`: where a record came from; records live in the working checkout's ``data/``.

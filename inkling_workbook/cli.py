@@ -32,20 +32,23 @@ def _check(args) -> int:
         provenance.write_record(out, json.dumps(doc, indent=1) + "\n")
         print(f"wrote {out}")
         return 0 if doc["all_ok"] else 1
-    cases = harness.case_matrix(kind)
-    print(f"{len(cases)} cases ({kind} matrix) on {provenance.device_label(device)}", flush=True)
-    rows = harness.run_matrix(cases, device, progress=not args.no_progress)
-    print(harness.format_table(rows))
-    line = harness.tally(rows)
-    print(line)
+    n = len(harness.portcheck_cases.bitwise_shapes(kind))
+    print(f"{n} cases ({kind} matrix) on {provenance.device_label(device)}, through portcheck", flush=True)
+    doc, reports = harness.bitwise_record(kind, device)
+    print(harness.format_table(doc["cases"]))
+    for name, report in reports.items():
+        if not report.ok:
+            print(f"\nportcheck {name}: {report.original} against {report.port}\n")
+            print(report.mismatches_markdown())
+    print(doc["tally"])
     out = args.out or (DATA / f"bitwise_{provenance.device_slug(device)}.json")
-    harness.save(rows, out, provenance.collect(), kind)
+    harness.save(doc, out)
     print(f"wrote {out}")
-    if not all(r["port_vs_helion"] is not None for r in rows):
+    if not all(r["port_vs_helion"] is not None for r in doc["cases"]):
         print(
             "note: helion is not installed, so port vs helion was not compared (pip install 'inkling-kernels[helion]')"
         )
-    return 0 if harness.all_ok(rows) else 1
+    return 0 if doc["all_ok"] else 1
 
 
 def _bench(args) -> int:
@@ -185,14 +188,14 @@ def _info(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m inkling_workbook", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("check", help="bitwise harness: Triton port vs helion originals")
+    p = sub.add_parser("check", help="the bitwise records: the Triton port vs the helion originals, through portcheck")
     p.add_argument("--quick", action="store_true", help="a small GPU matrix")
     p.add_argument(
         "--matrix", choices=["gpu", "quick", "cpu"], help="force a matrix (default: gpu on CUDA, cpu otherwise)"
     )
     p.add_argument("--nvfp4", action="store_true", help="check fused == unfused == reference for NVFP4 instead")
     p.add_argument("--out", help="JSON output (default data/bitwise_<device>.json)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no NVFP4 progress bar")
     p.set_defaults(fn=_check)
     from . import portcheck
 

@@ -167,11 +167,11 @@ def helion_cases(matrix: str, device: torch.device) -> Iterator[tuple[str, Calla
     has the width): digests of each and whether they are equal."""
     import inkling_kernels as ik
 
-    from . import harness, helion_original
+    from . import helion_original, portcheck_cases
 
     if not helion_original.available():
         return
-    cases = harness.case_matrix("quick" if matrix == "gpu" else "cpu")
+    cases = portcheck_cases.bitwise_shapes("quick" if matrix == "gpu" else "cpu")
     if matrix != "gpu":  # helion in the interpreter takes seconds a case
         cases = [c for c in cases if c.M <= 2 and c.N == 384]
     for case in cases:

@@ -1,157 +1,155 @@
-"""The bitwise port harness: the Triton port against the helion originals, case by case.
+"""The bitwise records of the silu port (``data/bitwise_<device>.json``), built from portcheck
+reports; and the NVFP4 matrix (fused == unfused == reference).
 
-A port is trusted when, for every case of a matrix that covers decode and prefill sizes, both
-layouts, weights, odd widths and output dtypes, the port's output has the same raw bits as the
-original's. Each case also records the layout-vs-layout and rerun comparisons, the largest ulp
-distance to the torch reference and whether the output is finite.
-
-Bits are compared as bytes (NaN-aware: two NaNs with the same payload are equal, and a NaN never
-hides behind a tolerance). Both sides run on the same backend: on CUDA both are compiled; on CPU
-helion's generated Triton and the port both run in the Triton interpreter.
+:func:`bitwise_record` runs three portcheck comparisons over ``portcheck_cases.bitwise_cases``,
+the package's ``silu_and_mul`` on the port side of each (:func:`comparisons`): the helion
+original (fixed tile) with reruns and the same-order torch reference; the helion original with
+the sm_90 table config, on the widths the table has; the port on the same gate/up data in the
+other layout. It folds a case's three rows into one record row (``port_vs_helion``,
+``port_vs_helion_sm90``, ``layouts_equal``, ``rerun_equal``, ``finite``, ``max_ulp_vs_ref``
+within :data:`ULP_BUDGET`, ``ok``; portcheck's rows under ``mismatch`` for a failing case).
+Without helion only the layouts comparison runs, with the reruns and the reference. See
+docs/portcheck.md ("This port's bitwise records are produced by it").
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import time
 from pathlib import Path
 
 import torch
 
-from inkling_kernels.reference import bits_equal, join_gateup, silu_and_mul_ref, ulp_distance
 from inkling_kernels.silu_and_mul import silu_and_mul
 
-from . import helion_original, provenance
+from . import helion_original, portcheck, portcheck_cases, provenance
 
-DECODE_M = (1, 2, 4, 6, 8, 16)
-PREFILL_M = (96, 384, 1536, 4096, 49152)
-WIDTHS = (384, 768, 960, 1024, 1536, 2048, 3072)
-ODD_WIDTHS = (1, 7, 300, 1000, 1537)
 # Largest ulp distance to the same-order torch reference that a case accepts, per output dtype.
 # The kernels' sigmoid is 1 / (1 + exp2(-x * log2 e)) with ex2.approx and div.full on the GPU,
 # torch's is expf-based: their fp32 results differ in the last few bits. A bf16/fp16 output
 # hides that in its rounding (at most 1 ulp moves); an fp32 output shows it (11 ulp seen).
 ULP_BUDGET = {"bfloat16": 1, "float16": 1, "float32": 16}
-BIG_N = 1024
-BIG_M = (2**31 + 16384) // (2 * BIG_N)  # gateup numel = 2**31 + 16384, as in the source document
+
+PORT = "inkling_kernels:silu_and_mul"
+_PACKAGE_PORT = silu_and_mul
+HELION = "inkling_workbook.helion_original:silu_and_mul_helion"
+HELION_SM90 = "inkling_workbook.portcheck_cases:helion_sm90"
+OTHER_LAYOUT = "inkling_workbook.portcheck_cases:port_other_layout"
+REFERENCE = "inkling_workbook.portcheck_cases:same_order_reference"
+#: the record's row fields, in the order of the printed table
+COLUMNS = ("case", "port_vs_helion", "port_vs_helion_sm90", "layouts_equal", "rerun_equal", "finite", "max_ulp_vs_ref")
 
 
-@dataclass(frozen=True)
-class Case:
-    M: int
-    N: int
-    interleaved: bool
-    weighted: bool
-    dtype: str = "bfloat16"
-    out_dtype: str = "bfloat16"
-
-    @property
-    def name(self) -> str:
-        layout = "il" if self.interleaved else "nil"
-        w = "+w" if self.weighted else ""
-        od = "" if self.out_dtype == self.dtype else f"->{self.out_dtype}"
-        return f"M={self.M} N={self.N} {layout}{w} {self.dtype}{od}"
-
-
-def case_matrix(kind: str = "gpu") -> list[Case]:
-    """``gpu``: the full matrix (about 320 cases, one with numel > 2**31); ``quick``: a GPU
-    subset for a fast look; ``cpu``: the same structure at interpreter-friendly sizes."""
-    if kind == "gpu":
-        ms, ns, odd_m, big = DECODE_M + PREFILL_M, WIDTHS, (3, 1000), True
-    elif kind == "quick":
-        ms, ns, odd_m, big = (1, 6, 16, 384, 4096), (768, 1024, 3072), (3,), False
-    elif kind == "cpu":
-        ms, ns, odd_m, big = (1, 2, 6, 16, 96), (384, 1024), (3,), False
-    else:
-        raise ValueError(f"kind must be 'gpu', 'quick' or 'cpu', got {kind!r}")
-    cases = [Case(m, n, il, w) for il in (True, False) for w in (False, True) for m in ms for n in ns]
-    cases += [Case(m, n, il, False) for il in (True, False) for m in odd_m for n in ODD_WIDTHS]
-    cases += [Case(ms[-1], 768, il, w, out_dtype="float32") for il in (True, False) for w in (False, True)]
-    cases += [Case(ms[2], 1024, il, False, dtype="float16") for il in (True, False)]
-    if big:
-        cases += [Case(BIG_M, BIG_N, il, False) for il in (True, False)]
-    return cases
+def comparisons(device: torch.device) -> list[dict]:
+    """The portcheck comparisons of a record: name, original (callable and ``MODULE:NAME``), the
+    case filter, reruns (original, port), whether the reference and the code report come with it."""
+    full = (1, 2) if device.type == "cpu" else (2, 2)
+    layouts = {"name": "layouts", "original": (portcheck_cases.port_other_layout, OTHER_LAYOUT), "only": None}
+    if not helion_original.available():
+        return [{**layouts, "reruns": (1, 2), "reference": True, "code": True}]
+    return [
+        {"name": "helion", "original": (helion_original.silu_and_mul_helion, HELION), "only": None,
+         "reruns": full, "reference": True, "code": True},
+        {"name": "helion_sm90", "original": (portcheck_cases.helion_sm90, HELION_SM90),
+         "only": portcheck_cases.has_sm90_config, "reruns": (1, 1), "reference": False, "code": False},
+        {**layouts, "reruns": (1, 1), "reference": False, "code": False},
+    ]  # fmt: skip
 
 
-def run_case(case: Case, device: torch.device, seed: int = 0) -> dict:
-    """Run one case; returns a row of the table."""
-    gen = torch.Generator(device="cpu").manual_seed(seed + case.M * 7919 + case.N)
-    dtype, out_dtype = getattr(torch, case.dtype), getattr(torch, case.out_dtype)
-    big = case.M * case.N > 2**28
-    if big and device.type == "cuda":  # draw large inputs on the GPU (a CPU draw would take minutes)
-        gen_dev = torch.Generator(device=device).manual_seed(seed + case.M)
-        gate = torch.randn((case.M, case.N), generator=gen_dev, device=device, dtype=dtype).mul_(2)
-        up = torch.randn((case.M, case.N), generator=gen_dev, device=device, dtype=dtype).mul_(2)
-    else:
-        gate = (torch.randn((case.M, case.N), generator=gen) * 2).to(dtype).to(device)
-        up = (torch.randn((case.M, case.N), generator=gen) * 2).to(dtype).to(device)
-    w = torch.rand(case.M, generator=gen).to(device) if case.weighted else None
-    x = join_gateup(gate, up, case.interleaved)
-    x_other = join_gateup(gate, up, not case.interleaved)
-    del gate, up
-
-    def poison():
-        return torch.full((case.M, case.N), float("nan"), dtype=out_dtype, device=device)
-
-    port = silu_and_mul(x, w, out_dtype, interleaved=case.interleaved, out=poison())
-    rerun = silu_and_mul(x, w, out_dtype, interleaved=case.interleaved, out=poison())
-    other_layout = silu_and_mul(x_other, w, out_dtype, interleaved=not case.interleaved, out=poison())
-    del x_other
-    row = {"case": case.name, **asdict(case)}
-    row["port_vs_helion_sm90"] = None
-    if helion_original.available():
-        helion = helion_original.silu_and_mul_helion(x, w, out_dtype, interleaved=case.interleaved, out=poison())
-        row["port_vs_helion"] = bits_equal(port, helion)
-        del helion
-        if helion_original.sm90_config_index(2 * case.N, case.weighted) is not None and x.is_contiguous():
-            helion = helion_original.silu_and_mul_helion(
-                x, w, out_dtype, interleaved=case.interleaved, out=poison(), config="sm90_table"
-            )
-            row["port_vs_helion_sm90"] = bits_equal(port, helion)
-            del helion
-    else:
-        row["port_vs_helion"] = None
-    row["layouts_equal"] = bits_equal(port, other_layout)
-    row["rerun_equal"] = bits_equal(port, rerun)
-    del other_layout, rerun
-    row["finite"] = bool(torch.isfinite(port).all())
-    # max ulp to the same-order torch reference, computed in row chunks to bound memory
-    worst = 0
-    chunk = max(1, 2**26 // max(case.N, 1))
-    for start in range(0, case.M, chunk):
-        rows = slice(start, start + chunk)
-        ref = silu_and_mul_ref(x[rows], None if w is None else w[rows], out_dtype, interleaved=case.interleaved)
-        worst = max(worst, int(ulp_distance(port[rows], ref).max()))
-    row["max_ulp_vs_ref"] = worst
-    row["ok"] = bool(
-        (row["port_vs_helion"] is not False)
-        and (row["port_vs_helion_sm90"] is not False)
-        and row["layouts_equal"]
-        and row["rerun_equal"]
-        and row["finite"]
-        and 0 <= worst <= ULP_BUDGET[case.out_dtype]
-    )
-    del x, port
-    if device.type == "cuda" and big:
-        torch.cuda.empty_cache()
-    return row
-
-
-def run_matrix(cases: list[Case], device: torch.device | str | None = None, progress: bool = True) -> list[dict]:
-    device = (
-        torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    )
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover - tqdm is a declared dependency of the notebooks extra
-        progress = False
-    it = tqdm(cases, desc="bitwise cases", unit="case") if progress else cases
-    rows = []
-    for case in it:
-        rows.append(run_case(case, device))
+def bitwise_record(
+    kind: str, device: torch.device | str | None = None, progress: bool = True, port=None
+) -> tuple[dict, dict[str, portcheck.Report]]:
+    """Run the comparisons over ``portcheck_cases.bitwise_cases(kind)``; returns the record
+    (provenance, matrix, tally, all_ok, cases, portcheck) and the reports by name.
+    ``port``: the port side (default the package's ``silu_and_mul``; tests plant others)."""
+    if kind not in portcheck_cases.MATRICES:
+        raise ValueError(f"kind must be one of {portcheck_cases.MATRICES}, got {kind!r}")
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    cases = portcheck_cases.bitwise_cases(kind)
+    port_fn = port or silu_and_mul  # looked up here: a test plants another port by monkeypatching
+    port_name = PORT if port_fn is _PACKAGE_PORT else portcheck._label(port_fn)
+    spec = f"inkling_workbook.portcheck_cases:bitwise_{kind}_cases"
+    reports, runs = {}, []
+    for comp in comparisons(device):
+        picked = [c for c in cases if comp["only"] is None or comp["only"](c)]
+        if not picked:
+            continue
+        fn, name = comp["original"]
+        t0 = time.perf_counter()
+        reports[comp["name"]] = portcheck.run(
+            fn,
+            port_fn,
+            picked,
+            device,
+            reference=portcheck_cases.same_order_reference if comp["reference"] else None,
+            reruns=comp["reruns"],
+            code=comp["code"],
+            names=(name, port_name, spec),
+        )
+        seconds = time.perf_counter() - t0
+        report = reports[comp["name"]]
+        n_ok = sum(r["ok"] for r in report.cases)
+        runs.append(
+            {"name": comp["name"], "original": name, "port": port_name, "cases": spec, "n_cases": len(picked),
+             "ok_cases": n_ok, "reruns": list(comp["reruns"]), "reference": REFERENCE if comp["reference"] else None,
+             "seconds": round(seconds, 1)}
+        )  # fmt: skip
         if progress:
-            it.set_postfix_str(case.name)
+            print(f"portcheck {comp['name']}: {n_ok}/{len(picked)} cases equal ({seconds:.0f} s)", flush=True)
+    rows = merge(cases, reports)
+    doc = {
+        "provenance": provenance.collect(),
+        "matrix": kind,
+        "tally": tally(rows),
+        "all_ok": all_ok(rows),
+        "cases": rows,
+        "portcheck": {"device": str(device), "comparisons": runs},
+    }
+    main = reports.get("helion") or reports.get("layouts")
+    if main is not None and main.code is not None:
+        doc["portcheck"]["code"] = main.code
+    return doc, reports
+
+
+def merge(cases: list[portcheck.Case], reports: dict[str, portcheck.Report]) -> list[dict]:
+    """One record row a case from the comparisons' rows (see the module docstring)."""
+    by_name = {name: {r["case"]: r for r in rep.cases} for name, rep in reports.items()}
+    rows = []
+    for case in cases:
+        meta = case.meta
+        helion = by_name.get("helion", {}).get(case.name)
+        sm90 = by_name.get("helion_sm90", {}).get(case.name)
+        layouts = by_name["layouts"][case.name]
+        main = helion or layouts  # the comparison with the reruns and the reference
+        row = {"case": case.name, **meta, "seed": case.seed}
+        row["port_vs_helion"] = None if helion is None else _equal(helion)
+        row["port_vs_helion_sm90"] = None if sm90 is None else _equal(sm90)
+        row["layouts_equal"] = _equal(layouts)
+        row["rerun_equal"] = all(main.get(f"{side}_deterministic") is not False for side in ("original", "port"))
+        row["rerun_equal"] = row["rerun_equal"] and "error" not in main
+        outs = main.get("outputs", [])
+        row["finite"] = bool(outs) and all(o.get("nan", [0, 1])[1] == 0 and o.get("inf", [0, 1])[1] == 0 for o in outs)
+        worst = (main.get("ulp_max") or {}).get("port")
+        row["max_ulp_vs_ref"] = -1 if worst is None else worst
+        row["ulp_vs_ref"] = (main.get("ulp") or {}).get("port")
+        row["ok"] = bool(
+            row["port_vs_helion"] is not False
+            and row["port_vs_helion_sm90"] is not False
+            and row["layouts_equal"]
+            and row["rerun_equal"]
+            and row["finite"]
+            and 0 <= row["max_ulp_vs_ref"] <= ULP_BUDGET[meta["out_dtype"]]
+        )
+        failed = {name: r for name, r in (("helion", helion), ("helion_sm90", sm90), ("layouts", layouts))
+                  if r is not None and not r["ok"]}  # fmt: skip
+        if failed:
+            row["mismatch"] = failed
+        rows.append(row)
     return rows
+
+
+def _equal(r: dict) -> bool:
+    return bool(r.get("equal")) and "error" not in r
 
 
 def tally(rows: list[dict]) -> str:
@@ -176,24 +174,18 @@ def tally(rows: list[dict]) -> str:
 
 
 def all_ok(rows: list[dict]) -> bool:
-    return all(r["ok"] for r in rows)
+    return bool(rows) and all(r["ok"] for r in rows)
 
 
 def format_table(rows: list[dict]) -> str:
-    cols = ["case", "port_vs_helion", "port_vs_helion_sm90", "layouts_equal", "rerun_equal", "finite", "max_ulp_vs_ref"]
-    widths = [max(len(c), *(len(str(r.get(c))) for r in rows)) for c in cols]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
-    lines += ["  ".join(str(r.get(c)).ljust(w) for c, w in zip(cols, widths)) for r in rows]
+    widths = [max(len(c), *(len(str(r.get(c))) for r in rows)) for c in COLUMNS]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths))]
+    lines += ["  ".join(str(r.get(c)).ljust(w) for c, w in zip(COLUMNS, widths)) for r in rows]
     return "\n".join(lines)
 
 
-def save(rows: list[dict], path: str | Path, prov: dict, kind: str) -> None:
-    doc = {"provenance": prov, "matrix": kind, "tally": tally(rows), "all_ok": all_ok(rows), "cases": rows}
-    provenance.write_record(path, json.dumps(doc, indent=1) + "\n")
-
-
-def load(path: str | Path) -> dict:
-    return json.loads(Path(path).read_text())
+def save(doc: dict, path: str | Path) -> None:
+    provenance.write_record(path, json.dumps(doc, indent=1, default=str) + "\n")
 
 
 # ---- NVFP4: fused == unfused == reference --------------------------------------------------

@@ -53,10 +53,14 @@ at the end of each row (a slice of a wider buffer, the spare elements NaN).
 raw bits of every output (``t.view(int dtype of the same width)``): the count of differing
 elements and the first 5 differing coordinates with both values in hex and as numbers; NaN and
 Inf positions separately, and NaNs at the same position whose payloads differ; determinism (each
-callable run ``reruns`` times on the same inputs gives the same bits); with ``reference`` (a
-callable computing in float64), a histogram of ulp distances in the output dtype (representable
-values between the reference rounded to that dtype and the output; bf16, fp16, fp32 and e4m3fn) in buckets 0, 1, 2, 3-4,
-5-8, >8 and ``nan`` (NaN on one side only). A mismatch carries the inputs' seed and a reproducer.
+callable run ``reruns`` times on the same inputs gives the same bits; a pair ``(original, port)``
+runs the sides a different number of times, and a side run once is not checked: ``None``); with
+``reference`` (a callable computing in float64), a histogram of ulp distances in the output
+dtype (representable values between the reference rounded to that dtype and the output; bf16,
+fp16, fp32 and e4m3fn) in buckets 0, 1, 2, 3-4, 5-8, >8 and ``nan`` (NaN on one side only), and
+the largest distance (``ulp_max``). A mismatch carries the inputs' seed and a reproducer. The outputs stay on the
+device (copied) and are compared there; the inputs' digest of a CUDA tensor is a checksum
+computed on the GPU (:func:`fingerprint`). ``Case.meta`` fields come back in the case's row.
 
 **Generated code** (``code=True``). Every Triton launch each callable makes on the first case is
 captured (``JITFunction.run`` and ``InterpretedFunction.run`` are wrapped while it runs, so any
@@ -114,7 +118,8 @@ _MANTISSA = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23}  # the cla
 class Case:
     """One input configuration. Either ``make(seed, device) -> (args, kwargs)`` or the fields
     ``shapes``/``dtype``/``value_class``/``stride``/``kwargs`` describe the inputs; ``out``
-    (optional) allocates output buffers ``(args, kwargs) -> tensor or tuple`` for ``out=``."""
+    (optional) allocates output buffers ``(args, kwargs) -> tensor or tuple`` for ``out=``;
+    ``meta`` (optional): fields of your own, copied into the case's row (``row["meta"]``)."""
 
     name: str
     make: Callable[[int, torch.device], tuple[tuple, dict]] | None = None
@@ -125,6 +130,7 @@ class Case:
     seed: int = 0
     kwargs: dict = dataclasses.field(default_factory=dict)
     out: Callable[[tuple, dict], object] | None = None
+    meta: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -137,6 +143,8 @@ class Case:
             raise ValueError(f"Case.value_class must be one of {VALUE_CLASSES}, got {self.value_class!r}")
         if self.stride not in STRIDES:
             raise ValueError(f"Case.stride must be one of {STRIDES}, got {self.stride!r}")
+        if not isinstance(self.meta, dict):
+            raise TypeError(f"Case.meta must be a dict, got {type(self.meta).__name__}")
 
     def build(self, device: torch.device | str = "cpu") -> tuple[tuple, dict]:
         """The case's inputs on ``device``: the same values on every call and in every process."""
@@ -280,14 +288,42 @@ def _shape_label(shape) -> str:
 
 def digest(obj) -> str:
     """sha256 (16 hex digits) over the shapes, dtypes and raw bytes of every tensor in ``obj``
-    (args, kwargs), and the repr of everything else."""
+    (args, kwargs), and the repr of everything else. A CUDA tensor's bytes enter through
+    :func:`fingerprint`, computed where the tensor is (copying gigabytes of inputs to the host
+    for every call would take seconds a call)."""
     h = hashlib.sha256()
     for t in _flatten(obj):
-        if isinstance(t, torch.Tensor):
+        if isinstance(t, torch.Tensor) and t.device.type != "cpu":
+            h.update(f"{tuple(t.shape)} {t.dtype} fingerprint {fingerprint(t)}".encode())
+        elif isinstance(t, torch.Tensor):
             h.update(f"{tuple(t.shape)} {t.dtype} {tensor_digest(t)}".encode())
         else:
             h.update(repr(t).encode())
     return h.hexdigest()[:16]
+
+
+_FP_CHUNK = 2**24  # bytes a chunk: 255 * (2**24 - 1) * 2**24 < 2**63, so no sum overflows
+
+
+def fingerprint(t: torch.Tensor) -> str:
+    """A position-sensitive checksum of ``t``'s raw bytes (logical elements, row-major), computed
+    on ``t``'s device: for every chunk of 2**24 bytes, the sum of the bytes and two sums of the
+    bytes weighted by position (a multiplicative hash and the square of the position, each
+    modulo a prime below 2**24), in int64 without overflow; sha256 of those sums. Any accidental
+    difference between two builds (another draw, one flipped bit, two swapped bytes) changes it;
+    it is not meant to resist a deliberate collision. The same for a tensor on every device."""
+    raw = t.detach().contiguous().view(-1).view(torch.uint8)
+    n = raw.numel()
+    pos = torch.arange(min(n, _FP_CHUNK), device=raw.device, dtype=torch.int64)
+    w1 = (pos * 2654435761) % 16777213
+    w2 = (pos * pos) % 16777199
+    sums = []
+    for start in range(0, n, _FP_CHUNK):
+        b = raw[start : start + _FP_CHUNK].to(torch.int64)
+        k = b.numel()
+        sums.append(torch.stack((b.sum(), (b * w1[:k]).sum(), (b * w2[:k]).sum())))
+    values = torch.stack(sums).cpu().tolist() if sums else []
+    return hashlib.sha256(repr((n, values)).encode()).hexdigest()[:16]
 
 
 def _flatten(obj):
@@ -317,7 +353,9 @@ def _poisoned_out(case: Case, args: tuple, kwargs: dict):
 
 
 def _call(fn, case: Case, device: torch.device):
-    """Rebuild the case's inputs and call ``fn`` on them: (outputs on the CPU, input digest)."""
+    """Rebuild the case's inputs and call ``fn`` on them: (copies of the outputs on the device,
+    input digest). The comparisons run where the outputs are (on a GPU, gigabyte outputs compare
+    in milliseconds); the copies keep a buffer the callable reuses from changing under them."""
     args, kwargs = case.build(device)
     seen = digest((args, kwargs))
     if case.out is not None:
@@ -325,7 +363,7 @@ def _call(fn, case: Case, device: torch.device):
     result = fn(*args, **kwargs)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    outs = [t.detach().cpu() if isinstance(t, torch.Tensor) else t for t in _as_outputs(result)]
+    outs = [t.detach().clone() if isinstance(t, torch.Tensor) else t for t in _as_outputs(result)]
     return outs, seen
 
 
@@ -372,6 +410,7 @@ def _bit_diff(x: torch.Tensor, y: torch.Tensor) -> dict:
     if x.dtype.is_floating_point:
         nx, ny = torch.isnan(x), torch.isnan(y)
         row["nan"] = [int(nx.sum()), int(ny.sum())]
+        row["inf"] = [int(torch.isinf(x).sum()), int(torch.isinf(y).sum())]
         row["nan_positions_differ"] = int((nx ^ ny).sum())
         row["inf_positions_differ"] = int(((x == float("inf")) ^ (y == float("inf"))).sum()) + int(
             ((x == -float("inf")) ^ (y == -float("inf"))).sum()
@@ -410,38 +449,63 @@ def e4m3_ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where(na ^ nb, -1, dist)
 
 
-def ulp_histogram(outs: list, refs: list) -> dict | None:
+_ULP_CHUNK = 2**26  # elements a chunk of the ulp histogram (bounds its int64 temporaries)
+
+
+def ulp_histogram(outs: list, refs: list, with_max: bool = False):
     """Buckets of ulp distances (in each output's dtype) between ``outs`` and ``refs`` rounded to
-    that dtype; None where no output has a dtype measured here (bf16, fp16, fp32, e4m3fn)."""
+    that dtype; None where no output has a dtype measured here (bf16, fp16, fp32, e4m3fn).
+    Computed on the outputs' device. ``with_max``: ``(histogram, largest distance)``, the
+    largest over elements not NaN on one side only (None where nothing was measured)."""
     from inkling_kernels.reference import ulp_distance
 
     hist = dict.fromkeys(ULP_BUCKETS, 0)
-    measured = False
+    measured, worst = False, 0
     for out, ref in zip(outs, refs):
         if not isinstance(out, torch.Tensor) or out.dtype not in ULP_DTYPES:
             continue
-        ref = ref.detach().cpu()
-        ref = ref if ref.dtype == out.dtype else ref.to(out.dtype)
+        ref = ref.detach().to(device=out.device, dtype=out.dtype)
         if ref.shape != out.shape:
             continue
         dist = e4m3_ulp_distance if out.dtype == torch.float8_e4m3fn else ulp_distance
-        d = dist(out, ref).reshape(-1)
         measured = True
-        hist["nan"] += int((d < 0).sum())
-        for label, lo, hi in (("0", 0, 0), ("1", 1, 1), ("2", 2, 2), ("3-4", 3, 4), ("5-8", 5, 8)):
-            hist[label] += int(((d >= lo) & (d <= hi)).sum())
-        hist[">8"] += int((d > 8).sum())
-    return hist if measured else None
+        flat_out, flat_ref = out.contiguous().reshape(-1), ref.contiguous().reshape(-1)
+        for start in range(0, flat_out.numel(), _ULP_CHUNK):
+            d = dist(flat_out[start : start + _ULP_CHUNK], flat_ref[start : start + _ULP_CHUNK]).reshape(-1)
+            counts = [(d < 0).sum(), (d > 8).sum(), d.max()]
+            for lo, hi in ((0, 0), (1, 1), (2, 2), (3, 4), (5, 8)):
+                counts.append(((d >= lo) & (d <= hi)).sum())
+            nan, above, top, *buckets = torch.stack(counts).tolist()
+            hist["nan"] += nan
+            hist[">8"] += above
+            for label, c in zip(("0", "1", "2", "3-4", "5-8"), buckets):
+                hist[label] += c
+            worst = max(worst, top)
+    if not measured:
+        return (None, None) if with_max else None
+    return (hist, worst) if with_max else hist
 
 
-def check_case(original, port, case: Case, device, reference=None, reruns: int = 2) -> dict:
-    """One case, both callables (``reruns`` calls each): the row the report keeps."""
+def _reruns(reruns) -> tuple[int, int]:
+    """``reruns`` as (original, port) call counts: an int for both, or a pair."""
+    pair = reruns if isinstance(reruns, (tuple, list)) else (reruns, reruns)
+    if len(pair) != 2 or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 1 for r in pair):
+        raise ValueError(f"reruns must be an int >= 1 or a pair of them (original, port), got {reruns!r}")
+    return tuple(pair)
+
+
+def check_case(original, port, case: Case, device, reference=None, reruns=2) -> dict:
+    """One case, both callables (``reruns`` calls each, or a pair: original, port): the row the
+    report keeps. A side called once has ``<side>_deterministic`` None: not checked."""
     device = torch.device(device)
+    counts = dict(zip(("original", "port"), _reruns(reruns)))
     row = {"case": case.name, "seed": case.seed, "value_class": case.value_class, "stride": case.stride}
+    if case.meta:
+        row["meta"] = dict(case.meta)
     runs = {}
     for side, fn in (("original", original), ("port", port)):
         outs = []
-        for _ in range(max(1, reruns)):
+        for _ in range(counts[side]):
             try:
                 got, seen = _call(fn, case, device)
             except ImportError:
@@ -459,8 +523,10 @@ def check_case(original, port, case: Case, device, reference=None, reruns: int =
                 row["ok"] = False
                 return row
         runs[side] = outs
-        row[f"{side}_deterministic"] = all(
-            all(r["equal"] for r in compare_outputs(outs[0], again)) for again in outs[1:]
+        row[f"{side}_deterministic"] = (
+            all(all(r["equal"] for r in compare_outputs(outs[0], again)) for again in outs[1:])
+            if len(outs) > 1
+            else None
         )
     row["outputs"] = compare_outputs(runs["original"][0], runs["port"][0])
     row["equal"] = all(o["equal"] for o in row["outputs"])
@@ -469,10 +535,14 @@ def check_case(original, port, case: Case, device, reference=None, reruns: int =
         args, kwargs = case.build(device)
         try:
             refs = _as_outputs(reference(*args, **kwargs))
-            row["ulp"] = {side: ulp_histogram(runs[side][0], refs) for side in runs}
+            stats = {side: ulp_histogram(runs[side][0], refs, with_max=True) for side in runs}
+            row["ulp"] = {side: hist for side, (hist, _) in stats.items()}
+            row["ulp_max"] = {side: top for side, (_, top) in stats.items()}
         except Exception as e:  # the bits are compared without it; the histogram says why it is missing
             row["ulp_error"] = f"reference raised {type(e).__name__}: {e}"
-    row["ok"] = bool(row["equal"] and row["original_deterministic"] and row["port_deterministic"])
+    row["ok"] = bool(
+        row["equal"] and row["original_deterministic"] is not False and row["port_deterministic"] is not False
+    )
     return row
 
 
@@ -718,6 +788,17 @@ class Report:
         doc["ok"] = self.ok
         return json.dumps(doc, indent=1, default=str)
 
+    def mismatches_markdown(self) -> str:
+        """The mismatch details alone (each failing case: what differs, where, both values in
+        hex, its seed and reproducer); empty when every case passed."""
+        bad = [r for r in self.cases if not r["ok"]]
+        if not bad:
+            return ""
+        lines = ["## Mismatches", ""]
+        for r in bad:
+            lines += _details(r)
+        return "\n".join(lines).rstrip("\n") + "\n"
+
     def to_markdown(self) -> str:
         n_ok = sum(r["ok"] for r in self.cases)
         lines = [f"# portcheck: `{self.port}` against `{self.original}`", ""]
@@ -732,11 +813,8 @@ class Report:
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in self.cases:
             lines.append("| " + " | ".join(_summary_cells(r, bool(self.reference))) + " |")
-        bad = [r for r in self.cases if not r["ok"]]
-        if bad:
-            lines += ["", "## Mismatches", ""]
-            for r in bad:
-                lines += _details(r)
+        if not self.ok:
+            lines += ["", self.mismatches_markdown()]
         if self.timings:
             lines += [
                 "",
@@ -761,13 +839,17 @@ def _summary_cells(r: dict, with_ulp: bool) -> list[str]:
     shapes = ", ".join(f"{tuple(o['shape'])} {o['dtype'].removeprefix('torch.')}" for o in outs if "shape" in o)
     nan = "; ".join(_nan_cell(o) for o in outs if "nan" in o) or "-"
     mism = "shape/dtype" if any(o.get("problem") for o in outs) else str(r["mismatches"])
-    det = f"{'yes' if r['original_deterministic'] else 'NO'}/{'yes' if r['port_deterministic'] else 'NO'}"
+    det = "/".join(_det_cell(r[f"{side}_deterministic"]) for side in ("original", "port"))
     cells = [r["case"], shapes or "-", "yes" if r["equal"] else "NO", mism, nan, det]
     if with_ulp:
         for side in ("original", "port"):
             h = r.get("ulp", {}).get(side)
             cells.append("/".join(str(h[b]) for b in ULP_BUCKETS) if h else "-")
     return cells
+
+
+def _det_cell(flag) -> str:
+    return "-" if flag is None else "yes" if flag else "NO"
 
 
 def _nan_cell(o: dict) -> str:
@@ -783,7 +865,7 @@ def _details(r: dict) -> list[str]:
         lines.append(f"- error: {r['error']}")
     else:
         for side in ("original", "port"):
-            if not r[f"{side}_deterministic"]:
+            if r[f"{side}_deterministic"] is False:
                 lines.append(f"- the {side} is not deterministic: a rerun on the same inputs gave other bits")
         for o in r["outputs"]:
             if o.get("problem"):
@@ -861,7 +943,7 @@ def run(
     cases: Iterable[Case],
     device: str | torch.device = "cpu",
     reference: Callable | None = None,
-    reruns: int = 2,
+    reruns: int | tuple[int, int] = 2,
     timing: bool = False,
     code: bool = True,
     names: tuple[str, str, str | None] | None = None,
@@ -891,8 +973,7 @@ def run(
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' but no CUDA device is available")
-    if not isinstance(reruns, int) or reruns < 1:
-        raise ValueError(f"reruns must be an int >= 1, got {reruns!r}")
+    _reruns(reruns)
     if timing and device.type != "cuda":
         raise ValueError("timing=True needs device='cuda': interpreter timings say nothing about kernels")
     o_name, p_name, c_name = names or (_label(original), _label(port), None)

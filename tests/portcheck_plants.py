@@ -64,12 +64,25 @@ def package_cases():
     )
 
 
+_silu_calls = [0]
+
+
+def flaky_silu(gateup, topk_weights=None, out_dtype=None, *, interleaved=True, out=None):
+    """The package's silu_and_mul with output element (0, 0) flipped on every second call."""
+    import inkling_kernels as ik
+
+    _silu_calls[0] += 1
+    result = ik.silu_and_mul(gateup, topk_weights, out_dtype, interleaved=interleaved, out=out)
+    if _silu_calls[0] % 2 == 0:
+        result.view({2: torch.int16, 4: torch.int32}[result.element_size()])[0, 0] ^= 1
+    return result
+
+
 def silu_flip_one_bit(gateup, topk_weights=None, out_dtype=None, *, interleaved=True, out=None):
-    """The package's silu_and_mul with one bit of output element (0, 3) flipped: a port that is
-    off by one ulp in one place (the bitwise records' planted mismatch)."""
+    """The package's silu_and_mul with one bit of output element (0, 3) flipped: a port one ulp
+    off in one place (the planted mismatch of ``check``'s test and notebook 04)."""
     import inkling_kernels as ik
 
     result = ik.silu_and_mul(gateup, topk_weights, out_dtype, interleaved=interleaved, out=out)
-    ints = {2: torch.int16, 4: torch.int32}[result.element_size()]
-    result.view(ints)[0, 3] ^= 1
+    result.view({2: torch.int16, 4: torch.int32}[result.element_size()])[0, 3] ^= 1
     return result

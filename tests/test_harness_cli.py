@@ -1,42 +1,116 @@
-"""The bitwise harness, the CLI, the figures and the backend switch (CPU-side behaviour)."""
+"""The bitwise records (`check`, through portcheck), the CLI, the figures and the backend switch
+(CPU-side behaviour)."""
 
 import json
 from pathlib import Path
 
+import portcheck_plants as plants
 import pytest
 import torch
-from conftest import DEVICE, HAS_CUDA
+from conftest import HAS_CUDA
 
 import inkling_kernels as ik
 from inkling_kernels import _backend
 from inkling_kernels.reference import silu_and_mul_ref
-from inkling_workbook import cli, harness, helion_original, plots
+from inkling_workbook import cli, harness, helion_original, plots, portcheck, portcheck_cases
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
 
 def test_gpu_matrix_covers_the_source_matrix():
-    cases = harness.case_matrix("gpu")
-    assert len(cases) >= 88
-    assert {c.M for c in cases} >= {1, 2, 4, 6, 8, 16, 96, 384, 1536, 4096, 49152}
-    assert {c.N for c in cases} >= {384, 768, 960, 1024, 1536, 2048, 3072}
-    assert any(c.M * 2 * c.N > 2**31 for c in cases)
-    assert any(c.out_dtype == "float32" for c in cases) and any(c.N % 2 for c in cases)
-    assert {(c.interleaved, c.weighted) for c in cases} == {(a, b) for a in (True, False) for b in (True, False)}
+    shapes = portcheck_cases.bitwise_shapes("gpu")
+    assert len(shapes) == 336
+    assert {c.M for c in shapes} >= {1, 2, 4, 6, 8, 16, 96, 384, 1536, 4096, 49152}
+    assert {c.N for c in shapes} >= {384, 768, 960, 1024, 1536, 2048, 3072}
+    assert any(c.M * 2 * c.N > 2**31 for c in shapes)
+    assert any(c.out_dtype == "float32" for c in shapes) and any(c.N % 2 for c in shapes)
+    assert {(c.interleaved, c.weighted) for c in shapes} == {(a, b) for a in (True, False) for b in (True, False)}
     with pytest.raises(ValueError, match="kind"):
-        harness.case_matrix("huge")
+        portcheck_cases.bitwise_shapes("huge")
+
+
+def test_bitwise_cases_are_portcheck_cases_with_fresh_seeds_and_the_shape_in_meta():
+    for kind, n in (("gpu", 336), ("quick", None), ("cpu", 56)):
+        cases = portcheck_cases.bitwise_cases(kind)
+        assert n is None or len(cases) == n
+        assert len({c.name for c in cases}) == len({c.seed for c in cases}) == len(cases), kind
+        assert all(isinstance(c, portcheck.Case) and c.out is not None for c in cases)
+    big = [c for c in portcheck_cases.bitwise_cases("gpu") if c.meta["M"] * 2 * c.meta["N"] > 2**31]
+    assert [c.meta["interleaved"] for c in big] == [True, False]  # not built here: 4 GiB of inputs
+    case = next(c for c in portcheck_cases.bitwise_cases("cpu") if c.meta["weighted"] and c.meta["M"] == 6)
+    (x, w), kwargs = case.build()
+    assert x.shape == (6, 2 * case.meta["N"]) and w.shape == (6,) and x.dtype == torch.bfloat16
+    assert kwargs == {"out_dtype": torch.bfloat16, "interleaved": case.meta["interleaved"]}
+    assert portcheck.digest(case.build()) == portcheck.digest(case.build())
+    other = portcheck_cases.bitwise_cases("cpu", seed=1)[0]
+    assert portcheck.digest(other.build()) != portcheck.digest(portcheck_cases.bitwise_cases("cpu")[0].build())
+
+
+def test_the_other_layout_callable_sees_the_same_gate_and_up():
+    gen = torch.Generator().manual_seed(3)
+    x = (torch.randn(4, 2 * 96, generator=gen) * 2).to(torch.bfloat16)
+    for il in (True, False):
+        ref = silu_and_mul_ref(x, interleaved=il)
+        got = portcheck_cases.port_other_layout(x, interleaved=il)
+        assert torch.equal(got.view(torch.int16), ik.silu_and_mul(x, interleaved=il).view(torch.int16))
+        assert (got.float() - ref.float()).abs().max() <= ref.float().abs().max() * 2**-7
+
+
+SMALL = [
+    portcheck_cases.Shape(2, 256, True, True),
+    portcheck_cases.Shape(3, 7, False, False),
+    portcheck_cases.Shape(1, 300, True, False, out_dtype="float32"),
+]
 
 
 @pytest.mark.skipif(not helion_original.available(), reason=helion_original.INSTALL_HINT)
-def test_runner_rows_and_tally():
-    cases = [harness.Case(1, 384, True, True), harness.Case(3, 7, False, False), harness.Case(2, 256, True, False)]
-    rows = harness.run_matrix(cases, DEVICE, progress=False)
-    assert [r["case"] for r in rows] == [c.name for c in cases]
-    assert all(r["ok"] and r["port_vs_helion"] is True for r in rows)
-    assert harness.tally(rows).startswith("3/3 bitwise identical")
-    rows[1] = {**rows[1], "port_vs_helion": False, "ok": False}
-    assert harness.tally(rows).startswith("2/3") and not harness.all_ok(rows)
-    assert "M=3 N=7 nil" in harness.format_table(rows)
+def test_check_through_portcheck_writes_the_record_and_a_planted_port_fails_it(tmp_path, monkeypatch, capsys):
+    """`check` on three small cases: the table and tally printed, the record written (the schema
+    notebook 04 and tools/reliability.py read); a port one bit off in one element makes it exit 1
+    and print where, in hex, with the reproducer."""
+    monkeypatch.setattr(portcheck_cases, "bitwise_shapes", lambda kind: SMALL)
+    out = tmp_path / "bitwise.json"
+    assert cli.main(["check", "--matrix", "cpu", "--out", str(out), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "3 cases (cpu matrix)" in printed and "M=3 N=7 nil" in printed
+    assert "3/3 bitwise identical; vs helion with the sm_90 table 1/1; layouts equal 3/3; reruns equal 3/3" in printed
+    doc = json.loads(out.read_text())
+    assert doc["all_ok"] and doc["matrix"] == "cpu" and doc["provenance"]["triton"] and doc["tally"] in printed
+    rows = doc["cases"]
+    assert [r["case"] for r in rows] == [s.name for s in SMALL]
+    assert [r["port_vs_helion_sm90"] for r in rows] == [True, None, None]  # the sm_90 table has 2N = 512, not 14 or 600
+    assert all(r["ok"] and r["port_vs_helion"] and r["layouts_equal"] and r["finite"] for r in rows)
+    assert rows[2]["out_dtype"] == "float32" and 0 < rows[2]["max_ulp_vs_ref"] <= harness.ULP_BUDGET["float32"]
+    assert sum(rows[0]["ulp_vs_ref"].values()) == 2 * 256
+    comps = {c["name"]: c for c in doc["portcheck"]["comparisons"]}
+    assert set(comps) == {"helion", "helion_sm90", "layouts"} and comps["helion"]["reruns"] == [1, 2]
+    assert comps["helion_sm90"]["n_cases"] == 1 and doc["portcheck"]["code"]["port"]
+
+    monkeypatch.setattr(harness, "silu_and_mul", plants.silu_flip_one_bit)
+    assert cli.main(["check", "--matrix", "cpu", "--out", str(out), "--no-progress"]) == 1
+    printed = capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert (
+        not doc["all_ok"] and doc["tally"].startswith("0/3 bitwise identical") and "layouts equal 0/3" in doc["tally"]
+    )
+    first = doc["cases"][0]["mismatch"]["helion"]["outputs"][0]["first"]
+    assert [f["at"] for f in first] == [[0, 3]]
+    assert int(first[0]["original"], 16) ^ int(first[0]["port"], 16) == 1
+    assert f"at (0, 3): original {first[0]['original']}" in printed and "portcheck_plants:silu_flip_one_bit" in printed
+    assert "--cases inkling_workbook.portcheck_cases:bitwise_cpu_cases --only 'M=2 N=256 il+w bfloat16'" in printed
+
+
+def test_check_without_helion_still_compares_layouts_and_reruns(monkeypatch):
+    monkeypatch.setattr(helion_original, "available", lambda: False)
+    monkeypatch.setattr(portcheck_cases, "bitwise_shapes", lambda kind: SMALL[1:2])
+    doc, reports = harness.bitwise_record("cpu", "cpu", progress=False)
+    assert list(reports) == ["layouts"] and doc["all_ok"]
+    assert doc["tally"].startswith("helion not installed: port vs helion not run on 1 cases; layouts equal 1/1")
+    monkeypatch.setattr(harness, "silu_and_mul", plants.flaky_silu)
+    doc, _ = harness.bitwise_record("cpu", "cpu", progress=False)
+    assert not doc["all_ok"] and "reruns equal 0/1" in doc["tally"]
+    with pytest.raises(ValueError, match="kind"):
+        harness.bitwise_record("huge", "cpu")
 
 
 def test_tally_without_helion():
@@ -51,6 +125,9 @@ def test_recorded_bitwise_files_have_provenance():
         assert doc["all_ok"] is True and doc["cases"]
         for key in ("device", "date_utc", "command", "torch", "triton", "helion"):
             assert prov.get(key), (name, key)
+    cpu = json.loads((DATA / "bitwise_cpu.json").read_text())
+    assert {c["name"] for c in cpu["portcheck"]["comparisons"]} == {"helion", "helion_sm90", "layouts"}
+    assert len(cpu["cases"]) == len(portcheck_cases.bitwise_shapes("cpu")) and cpu["matrix"] == "cpu"
     gpu = json.loads((DATA / "bitwise_h200.json").read_text())
     assert gpu["provenance"]["driver"] and len(gpu["cases"]) >= 88
     assert gpu["tally"].startswith(f"{len(gpu['cases'])}/{len(gpu['cases'])} bitwise identical")
@@ -110,24 +187,6 @@ def test_interpreter_rounding_switch():
 def test_unsupported_device_is_refused():
     with pytest.raises(ValueError, match="gateup"):
         ik.silu_and_mul(torch.ones(2, 4, device="meta"))
-
-
-def test_check_command_writes_json_and_exit_code(tmp_path, monkeypatch, capsys):
-    """`check` on a tiny matrix: table + tally printed, JSON written; a mismatch makes it exit 1."""
-    monkeypatch.setattr(
-        harness, "case_matrix", lambda kind: [harness.Case(2, 64, True, True), harness.Case(1, 7, False, False)]
-    )
-    out = tmp_path / "bitwise.json"
-    assert cli.main(["check", "--matrix", "cpu", "--out", str(out), "--no-progress"]) == 0
-    printed = capsys.readouterr().out
-    assert "M=2 N=64 il+w" in printed and ("2/2 bitwise identical" in printed or "helion not installed" in printed)
-    doc = json.loads(out.read_text())
-    assert len(doc["cases"]) == 2 and doc["provenance"]["triton"]
-    real_run_case = harness.run_case
-    monkeypatch.setattr(
-        harness, "run_case", lambda case, device: {**real_run_case(case, device), "rerun_equal": False, "ok": False}
-    )
-    assert cli.main(["check", "--matrix", "cpu", "--out", str(out), "--no-progress"]) == 1
 
 
 def test_companion_files_of_a_sweep(tmp_path):

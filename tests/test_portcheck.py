@@ -293,3 +293,57 @@ def test_the_port_against_its_helion_original_on_two_cpu_cases():
     assert doc["ok"], doc["md"]
     assert doc["kernels"] == ["_helion_silu_and_mul_helion_interleaved"]
     assert doc["ld"] > 0
+
+
+def test_fingerprint_sees_one_flipped_bit_and_two_swapped_elements():
+    """The inputs' digest of a CUDA tensor (computed on the GPU); the function is device-agnostic."""
+    x = portcheck.values((3, 1000), torch.bfloat16, seed=5)
+    assert portcheck.fingerprint(x) == portcheck.fingerprint(x.clone())
+    flipped = x.clone()
+    flipped.view(torch.int16)[2, 999] ^= 1 << 15
+    swapped = x.clone().view(-1)
+    swapped[[10, 2000]] = swapped[[2000, 10]]
+    assert x.view(-1)[10] != x.view(-1)[2000]
+    prints = {portcheck.fingerprint(t) for t in (x, flipped, swapped.view(3, 1000), x[:, :999], x.T)}
+    assert len(prints) == 5
+    # a tensor of more than one 2**24-byte chunk: a difference in the second chunk shows
+    big = torch.zeros(2**23 + 5, dtype=torch.int32)
+    other = big.clone()
+    other[2**22 + 1] = 1
+    assert portcheck.fingerprint(big) != portcheck.fingerprint(other)
+
+
+def test_reruns_per_side_meta_ulp_max_and_inf_counts():
+    cases = portcheck.matrix(shapes=[(2, 64)], value_classes=("nan_inf",), strides=("contiguous",))
+    cases[0].meta = {"M": 2}
+    report = portcheck.run(plants.double, plants.double, cases, reruns=(1, 2), code=False)
+    (row,) = report.cases
+    assert report.ok and row["meta"] == {"M": 2}
+    assert row["original_deterministic"] is None and row["port_deterministic"] is True
+    assert "| -/yes |" in report.to_markdown() and report.mismatches_markdown() == ""
+    (out,) = row["outputs"]
+    (x,), _ = cases[0].build()
+    assert out["inf"] == [int(torch.isinf(x * 2).sum())] * 2 and out["inf"][0] > 0
+    off = check(plants.plus_one_ulp, reference=plants.reference)
+    assert off.cases[0]["ulp_max"] == {"original": 0, "port": 1}
+    assert off.mismatches_markdown().startswith("## Mismatches") and "reproduce:" in off.mismatches_markdown()
+    flaky = portcheck.run(plants.double, plants.flaky, cases, reruns=(1, 2), code=False)
+    assert flaky.cases[0]["port_deterministic"] is False and not flaky.ok
+    for bad in ((0, 2), (1, 2, 3), (1.0, 2), True):
+        with pytest.raises(ValueError, match="reruns"):
+            portcheck.run(plants.double, plants.double, cases, reruns=bad)
+    with pytest.raises(TypeError, match="meta"):
+        portcheck.Case("m", shapes=(2, 2), meta=[1])
+
+
+def test_outputs_are_copied_so_a_reused_buffer_cannot_hide_a_difference():
+    buf = torch.empty(2, 64, dtype=torch.bfloat16)
+    calls = [0]
+
+    def reuses_its_buffer(x):
+        calls[0] += 1
+        buf.copy_(plants.double(x) + (calls[0] - 1))  # another value on every call, same buffer
+        return buf
+
+    report = portcheck.run(plants.double, reuses_its_buffer, plants.cases()[:1], code=False)
+    assert report.cases[0]["port_deterministic"] is False

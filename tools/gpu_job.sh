@@ -24,7 +24,8 @@
 #              on the GPU (~4 minutes) -> data/moe_layer_<gpu>.csv, .json
 #   tests      the whole test suite on the GPU
 #   sanitize   compute-sanitizer memcheck over the kernel tests, then racecheck and initcheck
-#   bitwise    port vs helion matrix -> data/bitwise_<gpu>.json; NVFP4 fused == unfused ==
+#   bitwise    port vs helion matrix through portcheck (336 cases, three comparisons each, ~5 min)
+#              -> data/bitwise_<gpu>.json; NVFP4 fused == unfused ==
 #              reference -> data/nvfp4_bitwise_<gpu>.json; registers/PTX -> data/ptx_<gpu>.json
 #   fusion     every op's bits under TRITON_DEFAULT_FP_FUSION=0 and =1, helion and torch.compile
 #              beside them -> data/fp_fusion_<gpu>.json (the tests step also reruns the kernel
