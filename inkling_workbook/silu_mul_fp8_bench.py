@@ -64,56 +64,100 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(torch.uint8)
 
 
-def time_shape(M: int, N: int, device: torch.device) -> list[dict]:
-    """One shape: the three implementations' timings (warm L2, the same buffers every call) and
-    their bits on the timed inputs against the original's."""
+PASSES = 5  # interleaved passes for every shape (replays are cheap next to the captures)
+#: the bytes the two timed sides are poisoned with before timing (both e4m3fn NaNs, different bytes,
+#: so that a region neither side writes cannot compare equal)
+POISON = {"port": 0x7F, "helion": 0xFF}
+
+
+def verdict(a: dict, b: dict) -> str:
+    """``a`` against ``b`` by their [lo, hi] ranges: ``"win"`` (a faster, ranges apart), ``"loss"``,
+    or ``"tie"`` (the ranges overlap)."""
+    from .bench import ties
+
+    if ties(a["lo_us"], a["hi_us"], b["lo_us"], b["hi_us"]):
+        return "tie"
+    return "win" if a["median_us"] < b["median_us"] else "loss"
+
+
+def time_shape(M: int, N: int, device: torch.device, cold: bool = False) -> list[dict]:
+    """One shape at warm L2 (the same buffers every call) or cold (``cold``: buffer sets rotated
+    over three L2s of data): the three implementations timed in the same interleaved passes, then
+    the bits of every output the timed graphs wrote compared with the original's (port and helion
+    write preallocated outputs, poisoned with different bytes before timing; torch.compile
+    allocates its own inside the graph, its bits checked on an eager call of the compiled graph)."""
     from . import bench
 
+    n_sets = bench.n_buffer_sets(nbytes(M, N), cold)
     gen = torch.Generator(device=device).manual_seed(M * 7919 + N)
-    x = (torch.randn((M, 2 * N), generator=gen, device=device) * 3).to(torch.bfloat16)
+    xs = [(torch.randn((M, 2 * N), generator=gen, device=device) * 3).to(torch.bfloat16) for _ in range(n_sets)]
     scale = torch.tensor([SCALE], dtype=torch.float32, device=device)
-    outs = {k: torch.full((M, N), 0x7F, dtype=torch.uint8, device=device).view(port_side.OUT_DTYPE) for k in IMPLS}
+
+    def poisoned(byte):
+        return [torch.full((M, N), byte, dtype=torch.uint8, device=device).view(port_side.OUT_DTYPE) for _ in xs]
+
+    outs = {k: poisoned(POISON[k]) for k in ("port", "helion")}
     compiled = compiled_formula()
     t0 = time.perf_counter()
-    want = helion_side.silu_mul_fp8_helion(x, scale, out=outs["helion"])
-    got = port_side.silu_mul_fp8(x, scale, out=outs["port"])
-    comp = compiled(x, scale)
-    first_calls_s = time.perf_counter() - t0
+    for i, x in enumerate(xs):  # first calls: compile every side before any capture
+        helion_side.silu_mul_fp8_helion(x, scale, out=outs["helion"][i])
+        port_side.silu_mul_fp8(x, scale, out=outs["port"][i])
+    comp = compiled(xs[0], scale)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    mismatches = {
-        "port": int((_bits(got) != _bits(want)).sum()),
-        "helion": 0,
-        "compile": int((_bits(comp) != _bits(want)).sum()),
-    }
+    first_calls_s = time.perf_counter() - t0
+    compile_mismatch = int((_bits(comp) != _bits(outs["helion"][0])).sum())
+    for k in outs:  # the timed graphs must write every byte again
+        for o in outs[k]:
+            o.view(torch.uint8).fill_(POISON[k])
     calls = {
-        "port": lambda: port_side.silu_mul_fp8(x, scale, out=outs["port"]),
-        "helion": lambda: helion_side.silu_mul_fp8_helion(x, scale, out=outs["helion"]),
-        "compile": lambda: compiled(x, scale),
+        "port": [lambda x=x, o=o: port_side.silu_mul_fp8(x, scale, out=o) for x, o in zip(xs, outs["port"])],
+        "helion": [
+            lambda x=x, o=o: helion_side.silu_mul_fp8_helion(x, scale, out=o) for x, o in zip(xs, outs["helion"])
+        ],  # fmt: skip
+        "compile": [lambda x=x: compiled(x, scale) for x in xs],
     }
-    passes = bench.DECODE_PASSES if M <= bench.DECODE_MAX_M else bench.OTHER_PASSES
-    timings = bench.time_calls(calls, passes)
+    timings = bench.time_calls(calls, PASSES)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    port_mismatch = sum(int((_bits(p) != _bits(h)).sum()) for p, h in zip(outs["port"], outs["helion"]))
+    unwritten = sum(int((o.view(torch.uint8) == POISON[k]).all(dim=1).sum()) for k in outs for o in outs[k])
+    mismatches = {"port": port_mismatch, "helion": 0, "compile": compile_mismatch}
     configs = {
         "port": port_side.launch_config(M, N).label,
         "helion": helion_side.config_label(M, N),
-        "compile": "torch.compile(formula, dynamic=False)",
+        "compile": "torch.compile(formula, dynamic=False), default mode",
     }
     rows = []
     for name in IMPLS:
-        row = {"M": M, "N": N, "impl": name, "config": configs[name], **timings[name].columns(nbytes(M, N))}
+        row = {"M": M, "N": N, "l2": "cold" if cold else "warm", "buffer_sets": n_sets, "impl": name,
+               "config": configs[name], **timings[name].columns(nbytes(M, N))}  # fmt: skip
         row["mismatches_vs_original"] = mismatches[name]
         row["bits_equal_original"] = mismatches[name] == 0
+        row["rows_left_unwritten"] = unwritten  # rows still all poison after the timed replays (both sides)
         rows.append(row)
+    by = {r["impl"]: r for r in rows}
     for r in rows:
         r["first_calls_s"] = round(first_calls_s, 3)
-        r["speedup_vs_helion"] = round(timings["helion"].median_us / timings[r["impl"]].median_us, 4)
+        r["speedup_vs_helion"] = round(by["helion"]["median_us"] / r["median_us"], 4)
+        r["vs_helion"] = verdict(r, by["helion"])
+        r["vs_compile"] = verdict(r, by["compile"])
     return rows
 
 
-def run_sweep(shapes, device: torch.device, progress: bool = True) -> list[dict]:
+def run_sweep(shapes, device: torch.device, progress: bool = True, csv_path: Path | None = None) -> list[dict]:
+    """Every shape at warm L2, and cold where the rotation fits (``bench.cold_feasible``); the CSV
+    rewritten after each shape, so a run stopped half way keeps what it measured."""
+    from . import bench
+
     rows = []
     for M, N in _progress(shapes, "timing sweep", progress):
-        rows += time_shape(M, N, device)
+        for cold in (False, True):
+            if cold and (device.type != "cuda" or not bench.cold_feasible(nbytes(M, N))):
+                continue
+            rows += time_shape(M, N, device, cold)
+        if csv_path is not None:
+            bench.write_csv(rows, csv_path)
     return rows
 
 
@@ -141,22 +185,24 @@ def step_tallies(cases, device: torch.device, progress: bool = True) -> list[dic
 
 
 def summary(rows: list[dict]) -> str:
-    """A markdown table: per shape the three medians and the port's speedups."""
+    """A markdown table: per shape and L2 state the three medians [ranges], the port's speedups
+    and the verdicts by ranges (win / tie / loss)."""
     by = {}
     for r in rows:
-        by.setdefault((r["M"], r["N"]), {})[r["impl"]] = r
+        by.setdefault((r["M"], r["N"], r.get("l2", "warm")), {})[r["impl"]] = r
     lines = [
-        "| M | N | port, us [range] | helion (its config), us [range] | torch.compile, us [range] | port vs helion "
-        "| port vs compile | bits |",
-        "|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| M | N | L2 | port, us [range] | helion (its config), us [range] | torch.compile, us [range] "
+        "| port vs helion | port vs compile | bits |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---|",
     ]
-    for (M, N), d in by.items():
+    for (M, N, l2), d in by.items():
         p, h, c = d["port"], d["helion"], d["compile"]
         cell = lambda r: f"{r['median_us']:.2f} [{r['lo_us']:.2f}, {r['hi_us']:.2f}]"  # noqa: E731
         bits = "equal" if p["bits_equal_original"] else f"{p['mismatches_vs_original']} differ"
         lines.append(
-            f"| {M} | {N} | {cell(p)} | {cell(h)} | {cell(c)} | {h['median_us'] / p['median_us']:.2f}x "
-            f"| {c['median_us'] / p['median_us']:.2f}x | {bits} |"
+            f"| {M} | {N} | {l2} | {cell(p)} | {cell(h)} | {cell(c)} "
+            f"| {h['median_us'] / p['median_us']:.2f}x ({p.get('vs_helion', '?')}) "
+            f"| {c['median_us'] / p['median_us']:.2f}x ({p.get('vs_compile', '?')}) | {bits} |"
         )
     return "\n".join(lines)
 
@@ -222,13 +268,22 @@ def run(
     if device.type == "cuda":
         meta["clock_warmup"] = bench.warm_clocks()
     t_sweep = time.perf_counter()
-    rows = run_sweep(shapes if shapes is not None else sweep_shapes(quick), device, progress)
     csv_path = data / f"silu_mul_fp8_bench_{slug}.csv"
+    rows = run_sweep(shapes if shapes is not None else sweep_shapes(quick), device, progress, csv_path)
     bench.write_csv(rows, csv_path)
     ports = [r for r in rows if r["impl"] == "port"]
     bench_meta = {
         "provenance": meta,
-        "timing": {**bench.timing_meta(), "l2": "warm (the same buffers every call)", "scale": SCALE},
+        "timing": {
+            **bench.timing_meta(),
+            "passes": PASSES,
+            "l2": "warm (the same buffers every call) and, where the rotation fits, cold (buffer sets over "
+            "three L2s of data)",
+            "output_policy": "port and helion write preallocated outputs (poisoned with different bytes before "
+            "timing, compared after); torch.compile allocates its output inside the graph",
+            "verdicts": "win / loss where the [lo, hi] ranges are apart, tie where they overlap",
+            "scale": SCALE,
+        },
         "impls": {
             "port": "inkling_workbook.silu_mul_fp8_port.silu_mul_fp8 (launch_config), no PDL",
             "helion": "inkling_workbook.silu_mul_fp8_helion.silu_mul_fp8_helion: vLLM's H100 table entry per shape",
@@ -237,9 +292,14 @@ def run(
         "shapes": [list(s) for s in (shapes if shapes is not None else sweep_shapes(quick))],
         "portcheck_tally": doc["tally"],
         "port_bits_equal_all": all(r["bits_equal_original"] for r in ports),
-        "port_at_least_as_fast_as_helion": sum(r["speedup_vs_helion"] >= 1.0 for r in ports),
-        "port_slower_than_helion": [(r["M"], r["N"]) for r in ports if r["speedup_vs_helion"] < 1.0],
-        "shapes_timed": len(ports),
+        "outputs_all_written": all(r["rows_left_unwritten"] == 0 for r in ports),
+        "compile_bits_equal_all": all(r["bits_equal_original"] for r in rows if r["impl"] == "compile"),
+        "port_vs_helion": {v: sum(r["vs_helion"] == v for r in ports) for v in ("win", "tie", "loss")},
+        "port_loses_to_helion": [(r["M"], r["N"], r["l2"]) for r in ports if r["vs_helion"] == "loss"],
+        "port_vs_compile": {v: sum(r["vs_compile"] == v for r in ports) for v in ("win", "tie", "loss")},
+        "port_loses_to_compile": [(r["M"], r["N"], r["l2"]) for r in ports if r["vs_compile"] == "loss"],
+        "shapes_timed": len({(r["M"], r["N"]) for r in ports}),
+        "timings": len(ports),
         "sweep_s": round(time.perf_counter() - t_sweep, 1),
         "elapsed_s": round(time.perf_counter() - t_start, 1),
     }
@@ -251,7 +311,10 @@ def run(
         "portcheck": pc_json,
         "bench_csv": csv_path,
         "bench_json": json_path,
-        "ok": report.ok and bench_meta["port_bits_equal_all"],
+        "ok": report.ok
+        and bench_meta["port_bits_equal_all"]
+        and bench_meta["outputs_all_written"]
+        and all(st["equal_cases"] == st["cases"] for st in doc["steps"][-1:]),  # the last step is the port
         "tally": doc["tally"],
         "steps": doc["steps"],
         "rows": rows,

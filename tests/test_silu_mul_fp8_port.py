@@ -191,7 +191,8 @@ def _fake_time_calls(calls, passes, rounds=10, after_pass=None):
     from inkling_workbook.bench import Timing
 
     for fn in calls.values():
-        fn()
+        for f in fn if isinstance(fn, list) else [fn]:
+            f()
     return {k: Timing.from_passes([[1.0 + 0.1 * i, 1.1], [1.05, 1.2]], 100) for i, k in enumerate(calls)}
 
 
@@ -214,10 +215,22 @@ def test_the_gpu_script_runs_end_to_end_on_the_cpu(monkeypatch, tmp_path):
     rows = doc["rows"]
     assert len(rows) == 6 and {r["impl"] for r in rows} == set(B.IMPLS)
     assert all(r["bits_equal_original"] for r in rows if r["impl"] == "port")
+    assert all(r["rows_left_unwritten"] == 0 and r["l2"] == "warm" for r in rows)
     meta = json.loads(doc["bench_json"].read_text())
-    assert meta["port_bits_equal_all"] and meta["shapes_timed"] == 2
+    assert meta["port_bits_equal_all"] and meta["outputs_all_written"] and meta["shapes_timed"] == 2
+    # the faked ranges overlap (port [1.05, 1.125], helion [1.1, 1.125]): ties, not wins
+    assert meta["port_vs_helion"] == {"win": 0, "tie": 2, "loss": 0} and meta["port_loses_to_helion"] == []
     assert doc["bench_csv"].name == f"silu_mul_fp8_bench_{provenance.device_slug(torch.device('cpu'))}.csv"
-    assert "| 3 | 200 |" in B.summary(rows)
+    assert "| 3 | 200 | warm |" in B.summary(rows) and "(tie)" in B.summary(rows)
+
+
+def test_verdicts_are_by_ranges():
+    from inkling_workbook import silu_mul_fp8_bench as B
+
+    r = lambda m, lo, hi: {"median_us": m, "lo_us": lo, "hi_us": hi}  # noqa: E731
+    assert B.verdict(r(1.0, 0.99, 1.01), r(1.1, 1.09, 1.11)) == "win"
+    assert B.verdict(r(1.2, 1.19, 1.21), r(1.1, 1.09, 1.11)) == "loss"
+    assert B.verdict(r(1.0, 0.9, 1.1), r(1.05, 1.09, 1.11)) == "tie"
 
 
 def test_sweep_shapes_pick_recorded_configs():
