@@ -408,12 +408,14 @@ def _bit_diff(x: torch.Tensor, y: torch.Tensor) -> dict:
     n = int(differ.sum())
     row = {"equal": n == 0, "mismatches": n, "elements": x.numel(), "problem": None}
     if x.dtype.is_floating_point:
-        nx, ny = torch.isnan(x), torch.isnan(y)
+        # fp8: torch has no isinf for it; the values are exact in fp32 (the hex below stays raw)
+        xf, yf = (x.float(), y.float()) if x.element_size() == 1 else (x, y)
+        nx, ny = torch.isnan(xf), torch.isnan(yf)
         row["nan"] = [int(nx.sum()), int(ny.sum())]
-        row["inf"] = [int(torch.isinf(x).sum()), int(torch.isinf(y).sum())]
+        row["inf"] = [int(torch.isinf(xf).sum()), int(torch.isinf(yf).sum())]
         row["nan_positions_differ"] = int((nx ^ ny).sum())
-        row["inf_positions_differ"] = int(((x == float("inf")) ^ (y == float("inf"))).sum()) + int(
-            ((x == -float("inf")) ^ (y == -float("inf"))).sum()
+        row["inf_positions_differ"] = int(((xf == float("inf")) ^ (yf == float("inf"))).sum()) + int(
+            ((xf == -float("inf")) ^ (yf == -float("inf"))).sum()
         )
         row["nan_payloads_differ"] = int((nx & ny & differ).sum())
     if n:
