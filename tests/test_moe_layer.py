@@ -277,28 +277,101 @@ def _synthetic_record(doc: dict) -> dict:
     return {**doc, "rows": rows}
 
 
+def _synthetic_captures() -> dict:
+    """A capture-variance record (3 captures a variant): at M = 8 contiguous the fused and unfused
+    capture medians overlap (a tie), masked they do not (fused faster by 2.0-4.0 us)."""
+    med = {("contiguous", "fp8_fused"): (95.0, 96.0, 97.0), ("contiguous", "fp8_unfused"): (96.5, 98.0, 99.0),
+           ("masked", "fp8_fused"): (95.0, 95.5, 96.0), ("masked", "fp8_unfused"): (98.0, 98.5, 99.0)}  # fmt: skip
+    rows = [{"M": 8, "layout": lo, "variant": v, "capture": c, "median_us": m, "lo_us": m - 0.1, "hi_us": m + 0.1}
+            for (lo, v), ms in med.items() for c, m in enumerate(ms)]  # fmt: skip
+    return {"captures": 3, "rows": rows}
+
+
 def test_tables_conclusions_and_figures_from_a_record(tmp_path):
     from inkling_workbook import plots
 
     ml.run(tmp_path, Ms=(8,), device="cpu", progress=False)
     doc = _synthetic_record(ml.load_record(tmp_path / "data" / "moe_layer_cpu.json"))
+    doc["compile"] = [{"M": 8, "layout": "contiguous", "rows": 20, "variant": v, "ok": True, "rel_err": 0.01,
+                       "mode": "torch.compile(fullgraph=True, dynamic=True)", "equal_to_eager": False,
+                       "compile_s": 1.0} for v in ("bf16", "fp8_fused")]  # fmt: skip
     table = ml.timing_table(doc)
     assert len(table) == len(ml.LAYOUTS)
     first = table.iloc[0]
     assert first["fused / unfused"] == f"{0.95 / 1.05:.3f}" and first["fp8_fused act share"] == f"{10 / 95:.1%}"
     assert first["fp8 fused / bf16"] == "0.950"  # ranges 94.05-95.95 and 99-101: no tie
+    assert table.iloc[1]["compiled bf16 us"] == "-"  # no compiled masked layer: "-", never NaN
     lines = ml.conclusions(doc)
     assert any("fusion saves" in s and f"{1 - 0.95 / 1.05:+.1%}" in s for s in lines), lines
     assert any("faster than the unfused one at every M" in s for s in lines), lines
     assert any("FP8 wins, 5.0% less time" in s for s in lines) and any("2/2 cases" in s for s in lines)
+    compiled = [
+        s for s in lines if s.startswith("compiled (torch.compile(fullgraph=True, dynamic=True)) against eager")
+    ]
+    assert len(compiled) == 1 and "contiguous M=8 bf16: 10.0% less time" in compiled[0], lines
     stages = ml.stage_table(doc)
     assert len(stages) == len(ml.LAYOUTS) * len(ml.VARIANTS)
     fused = stages[(stages.layout == "contiguous") & (stages.variant == "fp8_fused")].iloc[0]
     assert fused["rest us"] == round(95.0 - 40.0 - 10.0 - 30.0 * 0.95, 1)
     assert ml.accuracy_table(doc).shape == (len(ml.LAYOUTS), len(ml.VARIANTS))
+    bounds = ml.accuracy_bounds(doc)
+    assert list(bounds.variant) == list(ml.VARIANTS) and (bounds["tail bound"] == f"{ml.TAIL_BOUND:.2%}").all()
+    # fused vs unfused: the layer's saving beside the stages alone; masked, the rows the fused op skips
+    fusion = ml.fusion_table(doc).set_index("layout")
+    plan = doc["plans"][0]
+    assert fusion.loc["contiguous", "rows fused"] == fusion.loc["contiguous", "rows unfused"] == plan["contiguous_rows"]
+    assert fusion.loc["masked", "rows fused"] == 8 * SHAPE["k"]
+    assert fusion.loc["masked", "rows unfused"] == SHAPE["E"] * plan["masked_T"]
+    assert (
+        fusion.loc["contiguous", "layer saved us"] == 10.0 and fusion.loc["contiguous", "one capture"] == "fused faster"
+    )
+    assert fusion.loc["contiguous", "activation alone saved us"] == 0.0
+    assert fusion.loc["contiguous", "GEMM2 alone, unfused - fused us"] == round(30.0 * 0.10, 1)
+    fp8 = ml.fp8_table(doc).set_index("layout")
+    assert fp8.loc["contiguous", "verdict"] == "FP8 wins, 5.0% less time"
+    assert fp8.loc["contiguous", "GEMM2: fp8 - bf16 us"] == round(30.0 * 0.95 - 30.0, 1)
+    assert fp8.loc["contiguous", "rest: fp8 - bf16 us"] == round(-5.0 - (30.0 * 0.95 - 30.0), 1)
+    comp = ml.compile_table(doc)
+    assert list(comp["compiled / eager"]) == [0.9, 0.9] and set(comp.compiled) == {"yes"}
+    # the capture experiment decides where it covers the M
+    cap = ml.capture_table(_synthetic_captures()).set_index("layout")
+    assert cap.loc["contiguous", "fused vs unfused across captures"] == "tie (capture medians overlap)"
+    assert cap.loc["masked", "fused vs unfused across captures"] == "fused faster by 2.0-4.0 us"
+    assert cap.loc["contiguous", "widest capture spread us"] == 2.5
+    lines = ml.conclusions(doc, _synthetic_captures())
+    assert "contiguous: the fusion does not pay (tie or loss) at M = [8]" in lines, lines
+    assert "masked: the fused layer is faster than the unfused one at every M measured" in lines, lines
+    assert any(s.startswith("masked: the saving includes skipped work") for s in lines), lines
     for draw, stem in ((plots.draw_moe_layer, "moe_layer_x"), (plots.draw_moe_error, "moe_error_x")):
         paths = draw(doc, tmp_path / stem)
         assert [p.suffix for p in paths] == [".png", ".svg"] and all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_moe_layer_figure_shows_times_in_us_and_the_ratios_around_one():
+    """The layer figure: a column per layout; on top each variant's layer time in us, below the two
+    verdict ratios with their spread and the line at 1.0 they are read against."""
+    from inkling_workbook import plots
+
+    doc = {"layouts": list(ml.LAYOUTS), "variants": list(ml.VARIANTS), "shape": SHAPE,
+           "provenance": {"device": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0"}, "rows": []}  # fmt: skip
+    for layout in ml.LAYOUTS:
+        for M in (16, 4096):
+            for v, us in (("bf16", 100.0), ("fp8_unfused", 105.0), ("fp8_fused", 104.0)):
+                us *= M / 16
+                doc["rows"].append({"M": M, "layout": layout, "kind": "layer", "variant": v, "median_us": us,
+                                    "lo_us": us * 0.999, "hi_us": us * 1.001})  # fmt: skip
+    fig = plots.draw_moe_layer(doc)
+    top, bottom = fig.axes[0], fig.axes[2]
+    assert len(fig.axes) == 4 and "us" in top.get_ylabel() and "ratio" in bottom.get_ylabel()
+    assert any(set(ln.get_ydata()) == {1.0} for ln in bottom.get_lines())  # the line at 1.0
+    texts = {t.get_text() for t in bottom.texts}
+    assert {f"{104 / 105:.3f}", f"{104 / 100:.3f}"} <= texts  # each ratio printed beside its marker
+    assert "NVIDIA H200" in " ".join(t.get_text() for t in fig.texts)  # the footer names the GPU
+    lo = plots.moe_ratio(doc["rows"][2], doc["rows"][1])
+    assert lo[1] < lo[0] < lo[2]
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
 
 
 def test_combine_kernel_is_the_weighted_sum(layer, tokens, device):
