@@ -68,7 +68,9 @@ _original_cast_impl = interpreter_builder.cast_impl
 
 def set_interpreter_bf16_rounding(mode: str) -> str:
     """Choose how interpreted kernels convert fp32 -> bf16: ``"rne"`` (round to nearest even,
-    as the GPU does; the default) or ``"truncate"`` (Triton's interpreter as shipped).
+    as the GPU does; the default) or ``"truncate"`` (Triton's interpreter as shipped). ``"rne"``
+    also turns on the interpreter's other repairs (bf16 arithmetic and the fp32 -> e4m3
+    conversion as the GPU rounds them); ``"truncate"`` leaves all of them as Triton ships them.
     Returns the previous mode."""
     if mode not in ("rne", "truncate"):
         raise ValueError(f"mode must be 'rne' or 'truncate', got {mode!r}")
