@@ -22,6 +22,9 @@
 #              floors, alone on the GPU (~2 minutes) -> data/decode_<gpu>.csv, .json
 #   moe        the MoE layer of notebook 08 (accuracy, bitwise, eager and compiled timings), alone
 #              on the GPU (~4 minutes) -> data/moe_layer_<gpu>.csv, .json
+#   silufp8    the second port (notebook 09): portcheck over its GPU matrix, the steps, the timing
+#              sweep against helion's production config and torch.compile, alone on the GPU (more
+#              than 10 minutes on a fresh machine: mostly compiles) -> data/silu_mul_fp8_*_<gpu>.*
 #   tests      the whole test suite on the GPU
 #   sanitize   compute-sanitizer memcheck over the kernel tests, then racecheck and initcheck
 #   bitwise    port vs helion matrix through portcheck (336 cases, three comparisons each, ~5 min)
@@ -46,7 +49,7 @@
 # its own log and tarball (three files).
 set -uo pipefail
 OUT_DIR=${1:-${OUT:-build/gpu_job}}
-STEPS=${2:-bench,serving,decode,moe,tests,sanitize,bitwise,fusion,notebooks}
+STEPS=${2:-bench,serving,decode,moe,silufp8,tests,sanitize,bitwise,fusion,notebooks}
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 echo $$ >"$OUT_DIR/pid"
@@ -110,7 +113,7 @@ START=$SECONDS
 # pack: the records and notebooks written so far, into the tarball (rewritten after every phase)
 pack() { tar czf "$OUT_DIR/publish_$GPU.tar.gz" data notebooks/*.ipynb; }
 
-if want bench || want serving || want fp8steps || want decode || want moe; then
+if want bench || want serving || want fp8steps || want decode || want moe || want silufp8; then
   echo "=== phase 1, alone on the GPU: benchmark, timing-method test, serving measurements ($(stamp))"
   want bench && run bench $PY -m inkling_workbook bench --cold-l2 --no-tune
   if want serving; then
@@ -121,7 +124,8 @@ if want bench || want serving || want fp8steps || want decode || want moe; then
   (want serving || want fp8steps) && run fp8steps $PY -m inkling_workbook fp8-steps --device cuda
   want decode && run decode $PY -m inkling_workbook decode
   want moe && run moe $PY -m inkling_workbook moe-layer
-  show bench timing serving steps fp8steps decode moe
+  want silufp8 && run silufp8 $PY -m inkling_workbook silu-mul-fp8 --no-progress
+  show bench timing serving steps fp8steps decode moe silufp8
   pack
 fi
 
@@ -158,7 +162,7 @@ echo "=== phase 2, sharing the GPU: tests + sanitizer | bitwise + notebooks 04, 
   want notebooks && run notebooks_04_05_07 notebooks notebooks/04_*.ipynb notebooks/05_*.ipynb notebooks/07_*.ipynb
 ) &
 ( want notebooks && run notebooks_01_03_08 notebooks notebooks/01_*.ipynb notebooks/02_*.ipynb notebooks/03_*.ipynb \
-  notebooks/08_*.ipynb ) &
+  notebooks/08_*.ipynb notebooks/09_*.ipynb ) &
 wait
 show tests tests_fusion_off memcheck racecheck initcheck bitwise nvfp4_bitwise ptx fusion notebooks_01_03_08 notebooks_04_05_07
 pack
