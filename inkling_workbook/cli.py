@@ -171,12 +171,14 @@ def _silu_mul_fp8(args) -> int:
     from . import bench, silu_mul_fp8_bench
 
     bench.require_gpu()
-    doc = silu_mul_fp8_bench.run(args.out, quick=args.quick, progress=not args.no_progress)
+    parts = silu_mul_fp8_bench.PARTS if args.part == "all" else (args.part,)
+    doc = silu_mul_fp8_bench.run(args.out, quick=args.quick, progress=not args.no_progress, parts=parts)
     print(doc["tally"])
     for step in doc.get("steps", []):
         print(f"step {step['step']} {step['name']}: {step['equal_cases']}/{step['cases']} cases equal")
-    print(silu_mul_fp8_bench.summary(doc["rows"]))
-    print(f"wrote {doc['portcheck']} (and .md), {doc['bench_csv']} and {doc['bench_json']}")
+    if doc["rows"]:
+        print(silu_mul_fp8_bench.summary(doc["rows"]))
+    print(f"wrote {doc['portcheck']}" + (f", {doc['bench_csv']} and {doc['bench_json']}" if doc["bench_csv"] else ""))
     return 0 if doc["ok"] else 1
 
 
@@ -256,6 +258,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out", help="root for data/ (default: the repository)")
     p.add_argument("--quick", action="store_true", help="fewer shapes, no steps")
+    p.add_argument(
+        "--part",
+        choices=["all", "check", "steps", "sweep"],
+        default="all",
+        help="one part, each fitting a 10-minute call (steps after check: they join its record)",
+    )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(fn=_silu_mul_fp8)
     p = sub.add_parser("info", help="print device, versions and interpreter settings")

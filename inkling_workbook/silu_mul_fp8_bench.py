@@ -234,6 +234,9 @@ def check(cases, device: torch.device, progress: bool = True) -> portcheck.Repor
     return report
 
 
+PARTS = ("check", "steps", "sweep")
+
+
 def run(
     out: str | Path | None = None,
     quick: bool = False,
@@ -242,11 +245,18 @@ def run(
     cases=None,
     shapes=None,
     command=None,
+    parts=PARTS,
 ) -> dict:
-    """The whole GPU job: portcheck (and the steps unless ``quick``), then the timing sweep;
-    writes the records under ``out/data`` (default: the repository's ``data/``)."""
+    """The whole GPU job, or some of its ``parts`` (each fits one call of a lent machine; compiles
+    are most of the time): ``"check"`` portcheck over the cases (writes the portcheck record),
+    ``"steps"`` every step's tally over the same cases (into that record; alone, it adds them to
+    the record already there), ``"sweep"`` the timing sweep. ``quick``: no steps, fewer shapes.
+    Writes the records under ``out/data`` (default: the repository's ``data/``)."""
     from . import bench
 
+    unknown = set(parts) - set(PARTS)
+    if unknown or not parts:
+        raise ValueError(f"parts must be a non-empty subset of {PARTS}, got {parts!r}")
     device = torch.device(device)
     if device.type == "cuda":
         bench.require_gpu()
@@ -256,17 +266,39 @@ def run(
     t_start = time.perf_counter()
     meta = provenance.collect(command)
     cases = port_side.gpu_cases() if cases is None else cases
-    report = check(cases, device, progress)
-    doc = json.loads(report.to_json())
-    doc["provenance"] = meta
-    doc["tally"] = f"{sum(r['ok'] for r in report.cases)}/{len(report.cases)} cases equal and deterministic"
-    doc["steps"] = [] if quick else step_tallies(cases, device, progress)
-    doc["portcheck_s"] = round(time.perf_counter() - t_start, 1)
     pc_json = data / f"silu_mul_fp8_portcheck_{slug}.json"
-    provenance.write_record(pc_json, json.dumps(doc, indent=1, default=str) + "\n")
-    provenance.write_record(pc_json.with_suffix(".md"), report.to_markdown())
-    if progress:
-        print(doc["tally"], flush=True)
+    want_steps = "steps" in parts and not quick
+    ok = True
+    if "check" in parts:
+        report = check(cases, device, progress)
+        doc = json.loads(report.to_json())
+        doc["provenance"] = meta
+        doc["tally"] = f"{sum(r['ok'] for r in report.cases)}/{len(report.cases)} cases equal and deterministic"
+        ok = report.ok
+        provenance.write_record(pc_json.with_suffix(".md"), report.to_markdown())
+    elif want_steps:
+        if not pc_json.exists():
+            raise FileNotFoundError(f"{pc_json} is missing: run the 'check' part first")
+        doc = json.loads(pc_json.read_text())
+    else:
+        doc = json.loads(pc_json.read_text()) if pc_json.exists() else {"tally": None}
+    if want_steps:
+        doc["steps"] = step_tallies(cases, device, progress)
+        if "check" not in parts:
+            doc["steps_provenance"] = meta
+        ok = ok and all(st["equal_cases"] == st["cases"] for st in doc["steps"][-1:])  # the last step is the port
+    elif "check" in parts:
+        doc["steps"] = []
+    if "check" in parts or want_steps:
+        doc["portcheck_s"] = round(time.perf_counter() - t_start, 1)
+        provenance.write_record(pc_json, json.dumps(doc, indent=1, default=str) + "\n")
+        if progress:
+            print(doc["tally"], flush=True)
+    result = {"portcheck": pc_json, "bench_csv": None, "bench_json": None, "tally": doc.get("tally"),
+              "steps": doc.get("steps", []), "rows": [], "meta": None}  # fmt: skip
+    if "sweep" not in parts:
+        result["ok"] = ok
+        return result
     if device.type == "cuda":
         meta["clock_warmup"] = bench.warm_clocks()
     t_sweep = time.perf_counter()
@@ -292,7 +324,7 @@ def run(
             "compile": "torch.compile(silu_mul_fp8_helion.formula, dynamic=False), one graph per shape",
         },
         "shapes": [list(s) for s in (shapes if shapes is not None else sweep_shapes(quick))],
-        "portcheck_tally": doc["tally"],
+        "portcheck_tally": doc.get("tally"),
         "port_bits_equal_all": all(r["bits_equal_original"] for r in ports),
         "outputs_all_written": all(r["rows_left_unwritten"] == 0 for r in ports),
         "compile_bits_equal_all": all(r["bits_equal_original"] for r in rows if r["impl"] == "compile"),
@@ -309,16 +341,6 @@ def run(
         bench_meta["gpu_state_after"] = provenance.gpu_state()
     json_path = csv_path.with_suffix(".json")
     provenance.write_record(json_path, json.dumps(bench_meta, indent=1, default=str) + "\n")
-    return {
-        "portcheck": pc_json,
-        "bench_csv": csv_path,
-        "bench_json": json_path,
-        "ok": report.ok
-        and bench_meta["port_bits_equal_all"]
-        and bench_meta["outputs_all_written"]
-        and all(st["equal_cases"] == st["cases"] for st in doc["steps"][-1:]),  # the last step is the port
-        "tally": doc["tally"],
-        "steps": doc["steps"],
-        "rows": rows,
-        "meta": bench_meta,
-    }
+    ok = ok and bench_meta["port_bits_equal_all"] and bench_meta["outputs_all_written"]
+    result.update(bench_csv=csv_path, bench_json=json_path, rows=rows, meta=bench_meta, ok=ok)
+    return result

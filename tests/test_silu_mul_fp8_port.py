@@ -243,3 +243,28 @@ def test_sweep_shapes_pick_recorded_configs():
     for case in P.gpu_cases():
         x = case.build("cpu")[0][0]
         H.production_config(x.numel() // x.shape[-1], x.shape[-1] // 2)
+
+
+@needs_helion
+def test_the_gpu_script_runs_in_parts(monkeypatch, tmp_path):
+    """Each part alone (one 10-minute call each on a fresh GPU): check writes the record without
+    steps, steps joins it, sweep writes the timings; a part outside the list is refused."""
+    from inkling_workbook import bench, provenance
+    from inkling_workbook import silu_mul_fp8_bench as B
+
+    monkeypatch.setattr(bench, "time_calls", _fake_time_calls)
+    monkeypatch.setattr(provenance, "gpu_state", lambda: {})
+    monkeypatch.setattr(B, "compiled_formula", lambda: H.formula)
+    cases = [c for c in P.cpu_cases() if "result_ties" in c.name][:1]
+    with pytest.raises(ValueError, match="parts"):
+        B.run(tmp_path, device="cpu", cases=cases, parts=("timing",))
+    with pytest.raises(FileNotFoundError, match="check"):
+        B.run(tmp_path, device="cpu", cases=cases, parts=("steps",), progress=False)
+    first = B.run(tmp_path, device="cpu", cases=cases, parts=("check",), progress=False)
+    assert first["ok"] and first["bench_csv"] is None and json.loads(first["portcheck"].read_text())["steps"] == []
+    second = B.run(tmp_path, device="cpu", cases=cases, parts=("steps",), progress=False)
+    record = json.loads(second["portcheck"].read_text())
+    assert second["ok"] and record["tally"] == first["tally"] and len(record["steps"]) == len(B.steps.STEPS)
+    assert record["steps"][-1]["equal_cases"] == 1 and "steps_provenance" in record
+    third = B.run(tmp_path, device="cpu", cases=cases, parts=("sweep",), shapes=[(2, 256)], progress=False)
+    assert third["ok"] and third["bench_csv"].exists() and len(third["rows"]) == len(B.IMPLS)

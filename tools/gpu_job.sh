@@ -124,8 +124,10 @@ if want bench || want serving || want fp8steps || want decode || want moe || wan
   (want serving || want fp8steps) && run fp8steps $PY -m inkling_workbook fp8-steps --device cuda
   want decode && run decode $PY -m inkling_workbook decode
   want moe && run moe $PY -m inkling_workbook moe-layer
-  want silufp8 && run silufp8 $PY -m inkling_workbook silu-mul-fp8 --no-progress
-  show bench timing serving steps fp8steps decode moe silufp8
+  for part in check steps sweep; do  # three parts: on a fresh machine the whole took over 10 minutes
+    want silufp8 && run "silufp8_$part" $PY -m inkling_workbook silu-mul-fp8 --part "$part" --no-progress
+  done
+  show bench timing serving steps fp8steps decode moe silufp8_check silufp8_steps silufp8_sweep
   pack
 fi
 
