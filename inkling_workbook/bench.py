@@ -120,6 +120,14 @@ def ties(a_lo: float, a_hi: float, b_lo: float, b_hi: float) -> bool:
     return a_lo <= b_hi and b_lo <= a_hi
 
 
+def verdict(a: dict, b: dict) -> str:
+    """Timing row ``a`` against ``b`` (``median_us``, ``lo_us``, ``hi_us``): ``"win"`` (a faster,
+    ranges apart), ``"loss"``, or ``"tie"`` (the ranges overlap)."""
+    if ties(a["lo_us"], a["hi_us"], b["lo_us"], b["hi_us"]):
+        return "tie"
+    return "win" if a["median_us"] < b["median_us"] else "loss"
+
+
 class GraphTimer:
     """``calls`` (one call per buffer set, used in rotation) captured ``reps`` times back to back
     in one CUDA graph; :meth:`replay` times the graph. ``reps=None`` sizes the graph from a short

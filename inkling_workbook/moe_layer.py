@@ -942,11 +942,9 @@ def _delta(t: dict, layout: str, M: int, kind: str, a: str, b: str) -> float | N
 
 
 def _verdict(f: dict, u: dict, faster: str, slower: str) -> str:
-    from .bench import ties
+    from .bench import verdict
 
-    if ties(f["lo_us"], f["hi_us"], u["lo_us"], u["hi_us"]):
-        return "tie (ranges overlap)"
-    return faster if f["median_us"] < u["median_us"] else slower
+    return {"tie": "tie (ranges overlap)", "win": faster, "loss": slower}[verdict(f, u)]
 
 
 def activation_rows(doc: dict, layout: str, M: int) -> dict[str, int]:
@@ -1005,6 +1003,8 @@ def capture_table(cap: dict):
     nearest and the farthest pair of captures)."""
     import pandas as pd
 
+    from .bench import ties
+
     df = pd.DataFrame(cap["rows"])
     variants = list(dict.fromkeys(df.variant))
     out = []
@@ -1015,7 +1015,7 @@ def capture_table(cap: dict):
             row[f"{v} us"] = ", ".join(f"{m:.1f}" for m in med[v])
         row["widest capture spread us"] = round(max(max(m) - min(m) for m in med.values() if m), 1)
         f, u = med["fp8_fused"], med["fp8_unfused"]
-        if min(f) <= max(u) and min(u) <= max(f):
+        if ties(min(f), max(f), min(u), max(u)):
             row["fused vs unfused across captures"] = "tie (capture medians overlap)"
         else:
             first, second = ("fused", "unfused") if max(f) < min(u) else ("unfused", "fused")

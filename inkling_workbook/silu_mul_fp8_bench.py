@@ -73,13 +73,11 @@ POISON = {"port": 0x7F, "helion": 0xFF}
 
 
 def verdict(a: dict, b: dict) -> str:
-    """``a`` against ``b`` by their [lo, hi] ranges: ``"win"`` (a faster, ranges apart), ``"loss"``,
-    or ``"tie"`` (the ranges overlap)."""
-    from .bench import ties
+    """``a`` against ``b`` by their [lo, hi] ranges: ``"win"``, ``"tie"`` or ``"loss"``
+    (:func:`inkling_workbook.bench.verdict`)."""
+    from .bench import verdict as by_ranges
 
-    if ties(a["lo_us"], a["hi_us"], b["lo_us"], b["hi_us"]):
-        return "tie"
-    return "win" if a["median_us"] < b["median_us"] else "loss"
+    return by_ranges(a, b)
 
 
 def time_shape(M: int, N: int, device: torch.device, cold: bool = False) -> list[dict]:
