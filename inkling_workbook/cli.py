@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -172,7 +173,8 @@ def _silu_mul_fp8(args) -> int:
 
     bench.require_gpu()
     parts = silu_mul_fp8_bench.PARTS if args.part == "all" else (args.part,)
-    doc = silu_mul_fp8_bench.run(args.out, quick=args.quick, progress=not args.no_progress, parts=parts)
+    jobs = args.jobs if args.jobs is not None else max(1, min(12, (os.cpu_count() or 2) - 2))
+    doc = silu_mul_fp8_bench.run(args.out, quick=args.quick, progress=not args.no_progress, parts=parts, jobs=jobs)
     print(doc["tally"])
     for step in doc.get("steps", []):
         print(f"step {step['step']} {step['name']}: {step['equal_cases']}/{step['cases']} cases equal")
@@ -262,7 +264,13 @@ def main(argv: list[str] | None = None) -> int:
         "--part",
         choices=["all", "check", "steps", "sweep"],
         default="all",
-        help="one part, each fitting a 10-minute call (steps after check: they join its record)",
+        help="one part (steps after check: they join its record)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        help="processes for the check, the steps and the sweep's compiles (default: the cores less 2, at most 12; "
+        "the timing always runs alone)",
     )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(fn=_silu_mul_fp8)

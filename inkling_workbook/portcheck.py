@@ -967,14 +967,7 @@ def run(
     for c in cases:
         if not isinstance(c, Case):
             raise TypeError(f"cases must hold portcheck.Case objects, got {type(c).__name__}")
-    try:
-        device = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}") from e
-    if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' but no CUDA device is available")
+    device = _check_device(device)
     _reruns(reruns)
     if timing and device.type != "cuda":
         raise ValueError("timing=True needs device='cuda': interpreter timings say nothing about kernels")
@@ -1000,6 +993,18 @@ def run(
     return report
 
 
+def _check_device(device) -> torch.device:
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}") from e
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' but no CUDA device is available")
+    return device
+
+
 def _timings(original, port, cases, device) -> dict:
     from . import bench
 
@@ -1016,6 +1021,102 @@ def _timings(original, port, cases, device) -> dict:
             k: {f: getattr(t, f) for f in ("median_us", "lo_us", "hi_us", "reps", "passes")} for k, t in timed.items()
         }
     return out
+
+
+# ---- several processes ---------------------------------------------------------------------------
+
+#: cases a task of :func:`submit` checks (a process builds each case's inputs several times: on a
+#: GPU a large case is CPU-bound, building its inputs, not comparing them)
+CHUNK = 8
+
+
+def pool(jobs: int):
+    """A pool of ``jobs`` fresh processes (``spawn``: CUDA cannot be forked) for :func:`submit`.
+    Each worker compiles Inductor graphs in-process and keeps its share of the CPU threads."""
+    import concurrent.futures
+    import multiprocessing
+
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    return concurrent.futures.ProcessPoolExecutor(
+        max_workers=jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
+        initargs=(threads,),
+    )  # fmt: skip
+
+
+def _worker_init(threads: int) -> None:
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # no compile pool in every worker
+    torch.set_num_threads(threads)
+
+
+def _run_chunk(original: str, port: str, cases: str, indices: list[int], device: str, reference, reruns, code) -> str:
+    """One task of :func:`submit`, in a worker: the named callables and cases resolved there, the
+    cases at ``indices`` checked; the report as JSON."""
+    picked = [load_cases(cases)[i] for i in indices]
+    ref = resolve(reference, "--reference") if reference else None
+    rep = run(resolve(original, "ORIGINAL"), resolve(port, "PORT"), picked, device, ref, reruns, code=code,
+              names=(original, port, cases))  # fmt: skip
+    return rep.to_json()
+
+
+class Pending:
+    """The tasks :func:`submit` handed to a pool; :meth:`result` waits for them and merges their
+    rows, in the cases' order, into one :class:`Report`."""
+
+    def __init__(self, futures: list, names: tuple[str, str, str], device: str, reference: str | None):
+        self.futures, self.names, self.device, self.reference = futures, names, device, reference
+
+    def result(self) -> Report:
+        docs = [json.loads(f.result()) for f in self.futures]
+        code = next((d["code"] for d in docs if d.get("code")), None)
+        rows = [r for d in docs for r in d["cases"]]
+        return Report(*self.names[:2], docs[0]["device"], rows, code=code, reference=docs[0]["reference"])
+
+
+def submit(
+    executor,
+    original: str,
+    port: str,
+    cases: str,
+    device: str = "cpu",
+    reference: str | None = None,
+    reruns: int | tuple[int, int] = 2,
+    code: bool = True,
+    indices: list[int] | None = None,
+    chunk: int = CHUNK,
+) -> Pending:
+    """:func:`run` over the cases named ``cases`` (``MODULE:NAME``, resolved in each worker, as
+    ``original``, ``port`` and ``reference`` are) in tasks of ``chunk`` cases on ``executor``
+    (:func:`pool`), so that several checks can share one pool. ``indices``: only those cases. The
+    generated code (``code``) comes from the first case, as in :func:`run`. The result is the
+    report :func:`run` would give, rows in the same order."""
+    for what, spec in (("original", original), ("port", port), ("cases", cases), ("reference", reference)):
+        if spec is not None and (not isinstance(spec, str) or ":" not in spec):
+            raise TypeError(f"{what} must be a MODULE:NAME string for a worker process to resolve, got {spec!r}")
+    if not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"chunk must be an int >= 1, got {chunk!r}")
+    device = _check_device(device)
+    _reruns(reruns)
+    if indices is None:
+        indices = list(range(len(load_cases(cases))))
+    if not indices:
+        raise ValueError("indices must not be empty")
+    parts = [list(indices[i : i + chunk]) for i in range(0, len(indices), chunk)]
+    futures = [
+        executor.submit(_run_chunk, original, port, cases, part, str(device), reference, reruns, code and k == 0)
+        for k, part in enumerate(parts)
+    ]
+    return Pending(futures, (original, port, cases), str(device), reference)
+
+
+def run_parallel(
+    original: str, port: str, cases: str, device: str = "cpu", reference: str | None = None, jobs: int = 2, **kwargs
+) -> Report:
+    """:func:`submit` on a pool of its own of ``jobs`` processes: the same report as :func:`run`
+    (the callables and cases named ``MODULE:NAME``), its cases checked in parallel."""
+    with pool(jobs) as executor:
+        return submit(executor, original, port, cases, device, reference, **kwargs).result()
 
 
 # ---- command line ------------------------------------------------------------------------------
@@ -1059,15 +1160,24 @@ def main(args) -> int:
         original, port = resolve(args.original, "ORIGINAL"), resolve(args.port, "PORT")
         reference = resolve(args.reference, "--reference") if args.reference else None
         cases = load_cases(args.cases)
+        indices = list(range(len(cases)))
         if args.only:
-            picked = [c for c in cases if c.name in args.only]
-            if not picked:
+            indices = [i for i, c in enumerate(cases) if c.name in args.only]
+            if not indices:
                 raise UsageError(f"--only {args.only}: no such case in {args.cases}")
-            cases = picked
+            cases = [cases[i] for i in indices]
         names = (args.original, args.port, args.cases)
-        report = run(
-            original, port, cases, args.device, reference, timing=args.timing, code=not args.no_code, names=names
-        )
+        if args.jobs < 1:
+            raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
+        if args.jobs > 1 and args.timing:
+            raise UsageError("--jobs > 1 with --timing: timings need the GPU to themselves")
+        if args.jobs > 1:
+            report = run_parallel(*names, device=args.device, reference=args.reference, jobs=args.jobs,
+                                  code=not args.no_code, indices=indices)  # fmt: skip
+        else:
+            report = run(
+                original, port, cases, args.device, reference, timing=args.timing, code=not args.no_code, names=names
+            )
     except (UsageError, ValueError, TypeError, ImportError) as e:
         print(f"portcheck: {e}", file=sys.stderr)
         return 2
@@ -1094,4 +1204,7 @@ def add_parser(sub) -> None:
     p.add_argument("--only", action="append", help="run only the case of this name (repeatable)")
     p.add_argument("--no-code", action="store_true", help="skip the generated-code comparison")
     p.add_argument("--timing", action="store_true", help="time both (CUDA only)")
+    p.add_argument(
+        "--jobs", type=int, default=1, help="check the cases in this many processes (not with --timing; default 1)"
+    )
     p.set_defaults(fn=main)

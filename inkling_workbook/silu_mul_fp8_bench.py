@@ -161,27 +161,51 @@ def run_sweep(shapes, device: torch.device, progress: bool = True, csv_path: Pat
     return rows
 
 
-def _progress(items, desc: str, on: bool):
+def _progress(items, desc: str, on: bool, total: int | None = None):
     if not on:
         return items
     from tqdm.auto import tqdm
 
-    return tqdm(items, desc=desc)
+    return tqdm(items, desc=desc, total=total)
 
 
 def step_tallies(cases, device: torch.device, progress: bool = True) -> list[dict]:
     """Every step of the port against the original over ``cases``: equal cases, differing elements."""
-    out = []
-    for s in _progress(steps.STEPS, "port steps", progress):
-        rep = portcheck.run(helion_side.silu_mul_fp8_helion, steps.step_fn(s.name), cases, device, code=False)
-        elements = sum(o.get("elements", 0) for r in rep.cases for o in r.get("outputs", []))
-        out.append({
-            "step": s.index, "name": s.name, "change": s.change, "cases": len(rep.cases),
-            "equal_cases": sum(r["ok"] for r in rep.cases), "elements": elements,
-            "mismatching_elements": sum(r.get("mismatches", 0) for r in rep.cases),
-            "first_mismatch": next((r["case"] for r in rep.cases if not r["ok"]), None),
-        })  # fmt: skip
-    return out
+    reports = [
+        portcheck.run(helion_side.silu_mul_fp8_helion, steps.step_fn(s.name), cases, device, code=False)
+        for s in _progress(steps.STEPS, "port steps", progress)
+    ]
+    return [_step_row(s, rep) for s, rep in zip(steps.STEPS, reports)]
+
+
+def _step_row(s, rep: portcheck.Report) -> dict:
+    elements = sum(o.get("elements", 0) for r in rep.cases for o in r.get("outputs", []))
+    return {
+        "step": s.index, "name": s.name, "change": s.change, "cases": len(rep.cases),
+        "equal_cases": sum(r["ok"] for r in rep.cases), "elements": elements,
+        "mismatching_elements": sum(r.get("mismatches", 0) for r in rep.cases),
+        "first_mismatch": next((r["case"] for r in rep.cases if not r["ok"]), None),
+    }  # fmt: skip
+
+
+def step_spec(name: str) -> str:
+    """The ``MODULE:NAME`` of a step, for a worker process."""
+    return f"{steps.__name__}:{steps.step_fn(name).__name__}"
+
+
+def warm_shape(M: int, N: int) -> float:
+    """One call of each implementation at ``(M, N)`` on CUDA: a worker of the parallel run
+    compiles helion's kernel, the port's and the Inductor graph into the on-disk caches
+    (Triton's, Inductor's) that the timing process then reads. Returns the seconds it took."""
+    t0 = time.perf_counter()
+    dev = torch.device("cuda")
+    x = torch.randn((M, 2 * N), device=dev).to(torch.bfloat16)
+    scale = torch.tensor([SCALE], dtype=torch.float32, device=dev)
+    helion_side.silu_mul_fp8_helion(x, scale)
+    port_side.silu_mul_fp8(x, scale)
+    compiled_formula()(x, scale)
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
 
 
 def summary(rows: list[dict]) -> str:
@@ -212,6 +236,7 @@ NAMES = (
     "inkling_workbook.silu_mul_fp8_port:silu_mul_fp8",
     "inkling_workbook.silu_mul_fp8_port:gpu_cases",
 )
+REFERENCE = "inkling_workbook.silu_mul_fp8_helion:reference"
 CHUNK = 16
 
 
@@ -233,6 +258,29 @@ def check(cases, device: torch.device, progress: bool = True) -> portcheck.Repor
 
 
 PARTS = ("check", "steps", "sweep")
+PARALLEL_CHUNK = 4  # cases a worker's task (the largest build their inputs for seconds on the CPU)
+
+
+def _submit_parallel(parts, want_steps, cases_spec: str, device, shapes, jobs: int, progress: bool) -> dict:
+    """Every task of the parallel run on one pool, check first, then the steps, then the sweep's
+    first calls; a progress bar over all of them (waited for here)."""
+    import concurrent.futures
+
+    executor = portcheck.pool(jobs)
+    names = dict(original=NAMES[0], cases=cases_spec, device=str(device), chunk=PARALLEL_CHUNK)
+    pending = {"pool": executor, "check": None, "steps": {}, "warm": []}
+    if "check" in parts:
+        pending["check"] = portcheck.submit(executor, port=NAMES[1], reference=REFERENCE, code=True, **names)
+    if want_steps:
+        for s in steps.STEPS:
+            pending["steps"][s.name] = portcheck.submit(executor, port=step_spec(s.name), code=False, **names)
+    if "sweep" in parts and device.type == "cuda":
+        pending["warm"] = [executor.submit(warm_shape, M, N) for M, N in shapes]
+    futures = [f for p in ([pending["check"]] if pending["check"] else []) + list(pending["steps"].values())
+               for f in p.futures] + pending["warm"]  # fmt: skip
+    for _ in _progress(concurrent.futures.as_completed(futures), f"{jobs} processes", progress, total=len(futures)):
+        pass
+    return pending
 
 
 def run(
@@ -244,17 +292,29 @@ def run(
     shapes=None,
     command=None,
     parts=PARTS,
+    jobs: int = 1,
 ) -> dict:
-    """The whole GPU job, or some of its ``parts`` (each fits one call of a lent machine; compiles
-    are most of the time): ``"check"`` portcheck over the cases (writes the portcheck record),
-    ``"steps"`` every step's tally over the same cases (into that record; alone, it adds them to
-    the record already there), ``"sweep"`` the timing sweep. ``quick``: no steps, fewer shapes.
-    Writes the records under ``out/data`` (default: the repository's ``data/``)."""
+    """The whole GPU job, or some of its ``parts``: ``"check"`` portcheck over the cases (writes the
+    portcheck record), ``"steps"`` every step's tally over the same cases (into that record; alone,
+    it adds them to the record already there), ``"sweep"`` the timing sweep. ``quick``: no steps,
+    fewer shapes. ``cases``: a list of cases, or their ``MODULE:NAME`` (default: the GPU matrix).
+
+    ``jobs`` > 1: the check and the steps run in that many worker processes
+    (:func:`inkling_workbook.portcheck.submit`; ``cases`` must then be a name), and on CUDA the
+    same workers make the sweep's first call of every implementation at every shape
+    (:func:`warm_shape`), filling Triton's and Inductor's on-disk caches; the timing itself runs
+    afterwards in this process alone, the workers gone. Writes the records under ``out/data``
+    (default: the repository's ``data/``)."""
     from . import bench
 
     unknown = set(parts) - set(PARTS)
     if unknown or not parts:
         raise ValueError(f"parts must be a non-empty subset of {PARTS}, got {parts!r}")
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
+    cases_spec = NAMES[2] if cases is None else cases
+    if jobs > 1 and not isinstance(cases_spec, str):
+        raise TypeError("jobs > 1 needs cases as a MODULE:NAME string (worker processes rebuild them)")
     device = torch.device(device)
     if device.type == "cuda":
         bench.require_gpu()
@@ -263,15 +323,18 @@ def run(
     slug = provenance.device_slug(device)
     t_start = time.perf_counter()
     meta = provenance.collect(command)
-    cases = port_side.gpu_cases() if cases is None else cases
+    cases = portcheck.load_cases(cases_spec) if isinstance(cases_spec, str) else cases_spec
+    sweep_list = shapes if shapes is not None else sweep_shapes(quick)
     pc_json = data / f"silu_mul_fp8_portcheck_{slug}.json"
     want_steps = "steps" in parts and not quick
+    pending = _submit_parallel(parts, want_steps, cases_spec, device, sweep_list, jobs, progress) if jobs > 1 else None
     ok = True
     if "check" in parts:
-        report = check(cases, device, progress)
+        report = pending["check"].result() if pending else check(cases, device, progress)
         doc = json.loads(report.to_json())
         doc["provenance"] = meta
         doc["tally"] = f"{sum(r['ok'] for r in report.cases)}/{len(report.cases)} cases equal and deterministic"
+        doc["jobs"] = jobs
         ok = report.ok
         provenance.write_record(pc_json.with_suffix(".md"), report.to_markdown())
     elif want_steps:
@@ -281,7 +344,10 @@ def run(
     else:
         doc = json.loads(pc_json.read_text()) if pc_json.exists() else {"tally": None}
     if want_steps:
-        doc["steps"] = step_tallies(cases, device, progress)
+        if pending:
+            doc["steps"] = [_step_row(s, pending["steps"][s.name].result()) for s in steps.STEPS]
+        else:
+            doc["steps"] = step_tallies(cases, device, progress)
         if "check" not in parts:
             doc["steps_provenance"] = meta
         ok = ok and all(st["equal_cases"] == st["cases"] for st in doc["steps"][-1:])  # the last step is the port
@@ -292,6 +358,10 @@ def run(
         provenance.write_record(pc_json, json.dumps(doc, indent=1, default=str) + "\n")
         if progress:
             print(doc["tally"], flush=True)
+    warm_s = None
+    if pending:
+        warm_s = round(sum(f.result() for f in pending["warm"]), 1)
+        pending["pool"].shutdown(wait=True)  # the workers leave the GPU before anything is timed
     result = {"portcheck": pc_json, "bench_csv": None, "bench_json": None, "tally": doc.get("tally"),
               "steps": doc.get("steps", []), "rows": [], "meta": None}  # fmt: skip
     if "sweep" not in parts:
@@ -301,7 +371,7 @@ def run(
         meta["clock_warmup"] = bench.warm_clocks()
     t_sweep = time.perf_counter()
     csv_path = data / f"silu_mul_fp8_bench_{slug}.csv"
-    rows = run_sweep(shapes if shapes is not None else sweep_shapes(quick), device, progress, csv_path)
+    rows = run_sweep(sweep_list, device, progress, csv_path)
     bench.write_csv(rows, csv_path)
     ports = [r for r in rows if r["impl"] == "port"]
     bench_meta = {
@@ -321,7 +391,12 @@ def run(
             "helion": "inkling_workbook.silu_mul_fp8_helion.silu_mul_fp8_helion: vLLM's H100 table entry per shape",
             "compile": "torch.compile(silu_mul_fp8_helion.formula, dynamic=False), one graph per shape",
         },
-        "shapes": [list(s) for s in (shapes if shapes is not None else sweep_shapes(quick))],
+        "shapes": [list(s) for s in sweep_list],
+        "compile_caches": (
+            f"filled by {jobs} worker processes before timing ({warm_s} s of first calls, summed over them)"
+            if warm_s is not None
+            else "filled by this process's first calls"
+        ),
         "portcheck_tally": doc.get("tally"),
         "port_bits_equal_all": all(r["bits_equal_original"] for r in ports),
         "outputs_all_written": all(r["rows_left_unwritten"] == 0 for r in ports),

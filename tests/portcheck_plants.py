@@ -86,3 +86,12 @@ def silu_flip_one_bit(gateup, topk_weights=None, out_dtype=None, *, interleaved=
     result = ik.silu_and_mul(gateup, topk_weights, out_dtype, interleaved=interleaved, out=out)
     result.view({2: torch.int16, 4: torch.int32}[result.element_size()])[0, 3] ^= 1
     return result
+
+
+def silu_fp8_cases():
+    """Three cases of the second port's CPU matrix (a row-padded edge case, a 3-D input and a
+    result-ties case): small enough for worker processes in a test."""
+    from inkling_workbook import silu_mul_fp8_port
+
+    every = silu_mul_fp8_port.cpu_cases()
+    return [every[3], every[-3], every[-1]]

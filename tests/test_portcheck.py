@@ -347,3 +347,29 @@ def test_outputs_are_copied_so_a_reused_buffer_cannot_hide_a_difference():
 
     report = portcheck.run(plants.double, reuses_its_buffer, plants.cases()[:1], code=False)
     assert report.cases[0]["port_deterministic"] is False
+
+
+def test_parallel_run_reports_what_the_serial_run_does():
+    """``run_parallel`` (two spawned processes, callables and cases by name): the same rows in
+    the same order as ``run``, a planted mismatch still reported with its reproducer."""
+    names = ("portcheck_plants:double", "portcheck_plants:flip_one_bit", CASES)
+    serial = portcheck.run(
+        plants.double, plants.flip_one_bit, plants.cases(), reference=plants.reference, code=False, names=names
+    )
+    par = portcheck.run_parallel(*names, reference="portcheck_plants:reference", jobs=2, code=False, chunk=1)
+    assert not par.ok and [r["case"] for r in par.cases] == [r["case"] for r in serial.cases]
+    assert par.cases == serial.cases
+    assert "--only" in par.cases[0]["reproduce"]
+    with pytest.raises(TypeError, match="MODULE:NAME"):
+        portcheck.run_parallel(plants.double, "portcheck_plants:double", CASES)
+    with pytest.raises(ValueError, match="jobs"):
+        portcheck.run_parallel("portcheck_plants:double", "portcheck_plants:double", CASES, jobs=0)
+
+
+def test_cli_jobs(tmp_path):
+    equal = _cli("portcheck_plants:double", "portcheck_plants:double", "--cases", CASES, "--jobs", "2")
+    assert equal.returncode == 0 and "2/2 cases equal" in equal.stdout, equal.stderr[-2000:]
+    bad = _cli("portcheck_plants:double", "portcheck_plants:flip_one_bit", "--cases", CASES, "--no-code", "--jobs", "2")
+    assert bad.returncode == 1 and "MISMATCH" in bad.stdout
+    timing = _cli("portcheck_plants:double", "portcheck_plants:double", "--cases", CASES, "--jobs", "2", "--timing")
+    assert timing.returncode == 2 and "--timing" in timing.stderr

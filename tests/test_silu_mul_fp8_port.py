@@ -268,3 +268,78 @@ def test_the_gpu_script_runs_in_parts(monkeypatch, tmp_path):
     assert record["steps"][-1]["equal_cases"] == 1 and "steps_provenance" in record
     third = B.run(tmp_path, device="cpu", cases=cases, parts=("sweep",), shapes=[(2, 256)], progress=False)
     assert third["ok"] and third["bench_csv"].exists() and len(third["rows"]) == len(B.IMPLS)
+
+
+def test_launch_config_takes_the_larger_tile_from_4m_outputs():
+    """The borrowed silu_and_mul tile up to 1024 rows and below 4M outputs; from there 4096
+    outputs a program with 4 warps, the column tile kept (experiment AG)."""
+    from inkling_kernels.silu_and_mul import launch_config as silu_config
+
+    for M, N in [(1, 3072), (512, 3072), (1024, 3072), (2048, 768), (2048, 1536), (4096, 1000)]:
+        want = silu_config(M, N)
+        got = P.launch_config(M, N)
+        assert (got.BLOCK_M, got.BLOCK_N, got.num_warps) == (want.BLOCK_M, want.BLOCK_N, want.num_warps), (M, N)
+    for M, N, label in [(2048, 3072, "4x1024/4w"), (4096, 1536, "8x512/4w"), (8192, 768, "16x256/4w"),
+                        (32768, 3072, "4x1024/4w"), (8192, 1000, "16x256/4w")]:  # fmt: skip
+        assert P.launch_config(M, N).label == label, (M, N)
+        assert M * N >= P.LARGE_OUTPUTS
+
+
+@pytest.mark.parametrize("rows", [37, 64])
+def test_the_large_tile_writes_the_same_bits(gen, rows):
+    """The large-output tile (many rows a program, a row tail at 37) gives the bits of the
+    one-row tile and of the last step; every element written (outputs poisoned)."""
+    N = 384
+    x = randn((rows, 2 * N), torch.bfloat16, gen, "cpu", scale=3.0)
+    scale = torch.tensor([0.37])
+    big = P.LaunchConfig(4096 // 128, 128, 4)
+    outs = {}
+    for name, cfg in (("large", big), ("one_row", P.LaunchConfig(1, 128, 4))):
+        outs[name] = poisoned((rows, N), torch.uint8, "cpu").view(E4M3)
+        P.silu_mul_fp8(x, scale, out=outs[name], config=cfg)
+    last = S.step_reciprocal(x, scale)
+    assert torch.equal(_bits(outs["large"]), _bits(outs["one_row"]))
+    assert torch.equal(_bits(outs["large"]), _bits(last))
+
+
+@needs_helion
+def test_the_gpu_script_in_worker_processes_gives_the_serial_record(tmp_path):
+    """``jobs=2``: the check and the steps in two spawned processes, cases named by
+    ``MODULE:NAME``: the same tally, rows and step counts as one process; a list of cases with
+    jobs > 1 is refused (workers rebuild cases by name)."""
+    from inkling_workbook import silu_mul_fp8_bench as B
+
+    spec = "portcheck_plants:silu_fp8_cases"
+    with pytest.raises(TypeError, match="MODULE:NAME"):
+        B.run(tmp_path, device="cpu", cases=P.cpu_cases()[:1], parts=("check",), jobs=2)
+    with pytest.raises(ValueError, match="jobs"):
+        B.run(tmp_path, device="cpu", cases=spec, parts=("check",), jobs=0)
+    par = B.run(tmp_path / "par", device="cpu", cases=spec, parts=("check", "steps"), progress=False, jobs=2)
+    ser = B.run(tmp_path / "ser", device="cpu", cases=spec, parts=("check", "steps"), progress=False)
+    a, b = (json.loads(d["portcheck"].read_text()) for d in (par, ser))
+    assert par["ok"] and a["tally"] == b["tally"] == "3/3 cases equal and deterministic"
+    assert a["jobs"] == 2 and b["jobs"] == 1
+    drop = ("inputs",)  # equal too; compared below as a set of digests
+    assert [{k: v for k, v in r.items() if k not in drop} for r in a["cases"]] == [
+        {k: v for k, v in r.items() if k not in drop} for r in b["cases"]
+    ]
+    assert [r["inputs"] for r in a["cases"]] == [r["inputs"] for r in b["cases"]]
+    assert a["steps"] == b["steps"] and a["steps"][0]["equal_cases"] < 3
+    assert a["code"] and {k for k in a["code"]} == {k for k in b["code"]}
+
+
+@gpu_only
+@needs_helion
+@pytest.mark.parametrize("M, N", [(4099, 1536), (2051, 3072), (8193, 768), (8193, 1000)])
+def test_the_large_tile_with_a_row_tail_equals_the_original_on_the_gpu(M, N):
+    """The large-output tile where the rows do not divide (the row mask compiled in; the GPU
+    matrix's 4096 rows divide every tile): bits equal to the original's, every element written."""
+    assert M * N >= P.LARGE_OUTPUTS and M % P.launch_config(M, N).BLOCK_M
+    gen = torch.Generator().manual_seed(M + N)
+    x = (torch.randn((M, 2 * N), generator=gen) * 3).to(torch.bfloat16).cuda()
+    scale = torch.tensor([0.37], device="cuda")
+    orig, port = (poisoned((M, N), torch.uint8, "cuda").view(E4M3) for _ in range(2))
+    H.silu_mul_fp8_helion(x, scale, out=orig)
+    P.silu_mul_fp8(x, scale, out=port)
+    assert torch.equal(_bits(orig), _bits(port))
+    assert not (_bits(port) == 0xFF).any()  # no NaN input: a 0xFF byte is one left unwritten

@@ -22,9 +22,10 @@
 #              floors, alone on the GPU (~2 minutes) -> data/decode_<gpu>.csv, .json
 #   moe        the MoE layer of notebook 08 (accuracy, bitwise, eager and compiled timings), alone
 #              on the GPU (~4 minutes) -> data/moe_layer_<gpu>.csv, .json
-#   silufp8    the second port (notebook 09): portcheck over its GPU matrix, the steps, the timing
-#              sweep against helion's production config and torch.compile, alone on the GPU (more
-#              than 10 minutes on a fresh machine: mostly compiles) -> data/silu_mul_fp8_*_<gpu>.*
+#   silufp8    the second port (notebook 09): portcheck over its GPU matrix and the steps in 12
+#              processes (which also compile the sweep's kernels), then the timing sweep against
+#              helion's production config and torch.compile, alone on the GPU
+#              -> data/silu_mul_fp8_*_<gpu>.*
 #   tests      the whole test suite on the GPU
 #   sanitize   compute-sanitizer memcheck over the kernel tests, then racecheck and initcheck
 #   bitwise    port vs helion matrix through portcheck (336 cases, three comparisons each, ~5 min)
@@ -124,10 +125,9 @@ if want bench || want serving || want fp8steps || want decode || want moe || wan
   (want serving || want fp8steps) && run fp8steps $PY -m inkling_workbook fp8-steps --device cuda
   want decode && run decode $PY -m inkling_workbook decode
   want moe && run moe $PY -m inkling_workbook moe-layer
-  for part in check steps sweep; do  # three parts: on a fresh machine the whole took over 10 minutes
-    want silufp8 && run "silufp8_$part" $PY -m inkling_workbook silu-mul-fp8 --part "$part" --no-progress
-  done
-  show bench timing serving steps fp8steps decode moe silufp8_check silufp8_steps silufp8_sweep
+  # the check, the steps and the sweep's compiles in 12 processes, then the timing alone
+  want silufp8 && run silufp8 $PY -m inkling_workbook silu-mul-fp8 --jobs 12 --no-progress
+  show bench timing serving steps fp8steps decode moe silufp8
   pack
 fi
 
