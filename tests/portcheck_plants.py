@@ -95,3 +95,18 @@ def silu_fp8_cases():
 
     every = silu_mul_fp8_port.cpu_cases()
     return [every[3], every[-3], every[-1]]
+
+
+#: Shapes where the second port takes its large-output tile and the rows leave a tail.
+LARGE_TILE_SHAPES = ((4099, 1536), (2051, 3072), (8193, 768), (8193, 1000))
+
+
+def large_tile_cases():
+    """bf16 random ``x [M, 2N]`` at :data:`LARGE_TILE_SHAPES`, contiguous and row-padded."""
+    from inkling_workbook import silu_mul_fp8_port
+
+    return [
+        silu_mul_fp8_port._case((M, 2 * N), torch.bfloat16, "random", stride, 0.37, seed)
+        for seed, (M, N) in enumerate(LARGE_TILE_SHAPES)
+        for stride in ("contiguous", "row_padded")
+    ]

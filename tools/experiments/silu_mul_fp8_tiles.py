@@ -12,7 +12,12 @@ a program at 8 warps, and 4096 at 4 warps, against the helion original with its 
 Writes OUT/silu_mul_fp8_tiles_<gpu>.json and .csv. GPU only; about 2-3 minutes on an H200,
 most of it compiles.
 
-    python tools/experiments/silu_mul_fp8_tiles.py OUT
+Experiment AH (``--mid``): the shapes between decode and prefill where the full sweep at 442bc50
+had the port slower than helion (M = 32 at N = 768 and 1536, 256 x 3072) and their neighbours,
+the port's tile today against one-row tiles of 256-1024 columns at 4 and 8 warps and 2- and 4-row
+tiles. Writes OUT/silu_mul_fp8_mid_tiles_<gpu>.json and .csv.
+
+    python tools/experiments/silu_mul_fp8_tiles.py OUT [--mid]
 """
 
 from __future__ import annotations
@@ -35,6 +40,20 @@ MS = (2048, 8192, 32768)
 NS = (768, 1536, 3072)
 VARIANTS = ((2048, 8), (4096, 8), (8192, 8), (16384, 8), (4096, 4))  # (outputs a program, warps)
 PASSES = 5
+MID_SHAPES = ((16, 768), (32, 768), (64, 768), (16, 1536), (32, 1536), (64, 1536), (256, 1536), (128, 3072),
+              (256, 3072), (512, 3072))  # fmt: skip
+MID_TILES = ((1, 256, 4), (1, 512, 4), (1, 1024, 4), (1, 1024, 8), (2, 256, 4), (2, 512, 4), (4, 256, 4),
+             (2, 1024, 8))  # fmt: skip
+
+
+def mid_configs(M: int, N: int) -> dict:
+    """Today's tile and every MID_TILES tile whose columns divide N and whose rows divide M."""
+    out = {"port today": port_side.launch_config(M, N)}
+    for bm, bn, w in MID_TILES:
+        c = port_side.LaunchConfig(bm, bn, w)
+        if N % bn == 0 and M % bm == 0 and c != out["port today"]:
+            out[f"port {c.label}"] = c
+    return out
 
 
 def config(N: int, outputs: int, warps: int) -> port_side.LaunchConfig:
@@ -42,13 +61,14 @@ def config(N: int, outputs: int, warps: int) -> port_side.LaunchConfig:
     return port_side.LaunchConfig(max(1, outputs // block_n), block_n, warps)
 
 
-def time_shape(M: int, N: int, cold: bool) -> list[dict]:
+def time_shape(M: int, N: int, cold: bool, cfgs: dict | None = None) -> list[dict]:
     dev = torch.device("cuda")
     n_sets = bench.n_buffer_sets(sweep.nbytes(M, N), cold)
     gen = torch.Generator(device=dev).manual_seed(M * 31 + N)
     xs = [(torch.randn((M, 2 * N), generator=gen, device=dev) * 3).to(torch.bfloat16) for _ in range(n_sets)]
     scale = torch.tensor([sweep.SCALE], dtype=torch.float32, device=dev)
-    cfgs = {f"port {o}/{w}w": config(N, o, w) for o, w in VARIANTS}
+    if cfgs is None:
+        cfgs = {f"port {o}/{w}w": config(N, o, w) for o, w in VARIANTS}
     outs = {k: [torch.empty((M, N), dtype=port_side.OUT_DTYPE, device=dev) for _ in xs] for k in ["helion", *cfgs]}
     calls = {
         "helion": [
@@ -87,6 +107,7 @@ def time_shape(M: int, N: int, cold: bool) -> list[dict]:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("out")
+    p.add_argument("--mid", action="store_true", help="experiment AH: mid-size shapes, one-row and few-row tiles")
     args = p.parse_args()
     bench.require_gpu()
     t0 = time.perf_counter()
@@ -94,21 +115,22 @@ def main() -> int:
     doc["provenance"]["clock_warmup"] = bench.warm_clocks()
     doc["timing"] = {**bench.timing_meta(), "passes": PASSES}
     rows = []
-    for M in tqdm(MS, desc="M"):
-        for N in NS:
-            for cold in (False, True):
-                if cold and not bench.cold_feasible(sweep.nbytes(M, N)):
-                    continue
-                rows += time_shape(M, N, cold)
-                torch.cuda.empty_cache()
+    shapes = MID_SHAPES if args.mid else [(M, N) for M in MS for N in NS]
+    for M, N in tqdm(shapes, desc="shapes"):
+        for cold in (False, True):
+            if cold and not bench.cold_feasible(sweep.nbytes(M, N)):
+                continue
+            rows += time_shape(M, N, cold, mid_configs(M, N) if args.mid else None)
+            torch.cuda.empty_cache()
     doc["rows"] = rows
     doc["elapsed_s"] = round(time.perf_counter() - t0, 1)
     doc["gpu_state_after"] = provenance.gpu_state()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     slug = provenance.device_slug()
-    (out / f"silu_mul_fp8_tiles_{slug}.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
-    bench.write_csv(rows, out / f"silu_mul_fp8_tiles_{slug}.csv")
+    name = f"silu_mul_fp8_{'mid_' if args.mid else ''}tiles_{slug}"
+    (out / f"{name}.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    bench.write_csv(rows, out / f"{name}.csv")
     for r in rows:
         print(f"{r['M']:>6} {r['N']:>5} {r['l2']:>4} {r['impl']:>16} {r['config'][:40]:>40} "
               f"{r['median_us']:9.2f} [{r['lo_us']:.2f}, {r['hi_us']:.2f}] {r['vs_helion']:>4} {r['vs_best']:>4} "
