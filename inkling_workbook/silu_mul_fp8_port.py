@@ -95,19 +95,32 @@ LARGE_OUTPUTS = 1 << 22
 
 
 def launch_config(M: int, N: int) -> LaunchConfig:
-    """The port's tile. Up to 1024 rows, and above it up to :data:`LARGE_OUTPUTS` outputs, the
-    package ``silu_and_mul`` heuristic's (measured on the H200 for the same ``[M, 2N]`` bf16 read):
-    one row a program up to M = 1024 with 256-1024 columns, above it about 2048 outputs a program
-    with 8 warps. From 4M outputs the same column tile with 4096 outputs a program and 4 warps: 32
-    outputs a thread, four times the borrowed tile's 8. Measured on the H200
-    (``data/tuning_log.md``, experiment AG, warm and cold L2): 8-13% less time than the borrowed
-    tile at 32768 x 768-3072, 8192 x 3072, and warm 2048 x 3072 and 8192 x 768; 1-4% more at
-    8192 x 1536 and cold 2048 x 3072 and 8192 x 768; 5-10% less than helion's production config
-    at all twelve. Below 4M outputs the larger tile lost 2-31%."""
+    """The port's tile: the package ``silu_and_mul`` heuristic's (measured on the H200 for the same
+    ``[M, 2N]`` bf16 read; one row a program up to 1024 rows, about 2048 outputs a program above),
+    changed in three places measured for this kernel's one-byte output on the H200, warm and cold
+    L2 (``data/tuning_log.md``, experiments AG and AH):
+
+    * Up to 64 rows, where the heuristic takes 1024 columns with 8 warps and a column mask
+      (1024 does not divide N, e.g. N = 1536): the widest power of two up to 1024 that divides N,
+      with 4 warps. 1-3% less time at 16, 32 and 64 x 1536 (one cold timing 0.4% more).
+    * 65-256 rows with 1024 columns: 8 warps instead of 4. 10-16% less time cold at 128 and
+      256 x 3072, 0.5-1% warm; at 512 rows 8 warps cost 2-5%, so it stays at 4.
+    * Above 1024 rows from :data:`LARGE_OUTPUTS` outputs: the same column tile with 4096 outputs a
+      program and 4 warps (32 outputs a thread; the heuristic's 2048 at 8 warps gives 8). 8-13% less
+      time at 32768 x 768-3072, 8192 x 3072, and warm 2048 x 3072 and 8192 x 768; 1-4% more at
+      8192 x 1536 and cold 2048 x 3072 and 8192 x 768. Below 4M outputs the larger tile lost 2-31%.
+    """
     cfg = _silu_launch_config(M, N)
-    if M > 1024 and M * N >= LARGE_OUTPUTS:
-        return LaunchConfig(max(1, 4096 // cfg.BLOCK_N), cfg.BLOCK_N, 4)
-    return LaunchConfig(cfg.BLOCK_M, cfg.BLOCK_N, cfg.num_warps)
+    bm, bn, warps = cfg.BLOCK_M, cfg.BLOCK_N, cfg.num_warps
+    if M <= 64 and bn == 1024 and N % 1024:
+        dividing = next((b for b in (512, 256, 128) if N % b == 0), None)
+        if dividing is not None:
+            bn, warps = dividing, 4
+    elif 64 < M <= 256 and bn == 1024:
+        warps = 8
+    elif M > 1024 and M * N >= LARGE_OUTPUTS:
+        bm, warps = max(1, 4096 // bn), 4
+    return LaunchConfig(bm, bn, warps)
 
 
 def check_args(x, scale, out) -> tuple[int, int]:

@@ -273,19 +273,24 @@ def test_the_gpu_script_runs_in_parts(monkeypatch, tmp_path):
     assert third["ok"] and third["bench_csv"].exists() and len(third["rows"]) == len(B.IMPLS)
 
 
-def test_launch_config_takes_the_larger_tile_from_4m_outputs():
-    """The borrowed silu_and_mul tile up to 1024 rows and below 4M outputs; from there 4096
-    outputs a program with 4 warps, the column tile kept (experiment AG)."""
+def test_launch_config_departs_from_the_borrowed_tile_where_measured():
+    """The borrowed silu_and_mul tile except: up to 64 rows a dividing column tile (4 warps) where
+    it takes a masked 1024; 65-256 rows 8 warps on a 1024 tile; from 4M outputs above 1024 rows
+    4096 outputs a program with 4 warps, the column tile kept (experiments AG, AH)."""
     from inkling_kernels.silu_and_mul import launch_config as silu_config
 
-    for M, N in [(1, 3072), (512, 3072), (1024, 3072), (2048, 768), (2048, 1536), (4096, 1000)]:
+    for M, N in [(1, 3072), (8, 3072), (64, 3072), (16, 2880), (512, 3072), (1024, 3072), (257, 3072),
+                 (128, 1536), (2048, 768), (2048, 1536), (4096, 1000)]:  # fmt: skip
         want = silu_config(M, N)
         got = P.launch_config(M, N)
         assert (got.BLOCK_M, got.BLOCK_N, got.num_warps) == (want.BLOCK_M, want.BLOCK_N, want.num_warps), (M, N)
-    for M, N, label in [(2048, 3072, "4x1024/4w"), (4096, 1536, "8x512/4w"), (8192, 768, "16x256/4w"),
-                        (32768, 3072, "4x1024/4w"), (8192, 1000, "16x256/4w")]:  # fmt: skip
+    for M, N, label in [(16, 1536, "1x512/4w"), (64, 1536, "1x512/4w"), (65, 3072, "1x1024/8w"),
+                        (256, 2048, "1x1024/8w"), (2048, 3072, "4x1024/4w"), (4096, 1536, "8x512/4w"),
+                        (8192, 768, "16x256/4w"), (32768, 3072, "4x1024/4w"), (8192, 1000, "16x256/4w")]:  # fmt: skip
         assert P.launch_config(M, N).label == label, (M, N)
-        assert M * N >= P.LARGE_OUTPUTS
+        assert P.launch_config(M, N) != P.LaunchConfig(
+            *(getattr(silu_config(M, N), k) for k in ("BLOCK_M", "BLOCK_N", "num_warps"))
+        )
 
 
 @pytest.mark.parametrize("rows", [37, 64])
