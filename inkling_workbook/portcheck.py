@@ -17,6 +17,7 @@ or from a shell (``MODULE:NAME`` names an attribute of an importable module)::
 
     python -m inkling_workbook portcheck MOD:ORIGINAL MOD:PORT --cases MOD:CASES \\
         [--device cuda] [--reference MOD:REF] [--out DIR] [--only 'CASE NAME'] [--no-code] [--timing]
+        [--jobs N]
 
 It prints the markdown summary, writes ``report.md`` and ``report.json`` to ``--out``, and exits
 0 when every case is equal and deterministic, 1 otherwise, 2 on a usage error (a name that does
@@ -75,6 +76,10 @@ compiles for the device's own target and adds ``n_regs``/``n_spills`` of the loa
 **Timing** (``timing=True``, CUDA only): both callables on each case's inputs, by the workbook's
 method (:func:`inkling_workbook.bench.time_calls`: CUDA-graph replay of a fixed count of calls,
 interleaved passes; median and range in microseconds).
+
+**Several processes** (``--jobs N``, :func:`run_parallel`, :func:`submit` on a :func:`pool`): the
+cases checked a few at a time in fresh (``spawn``) processes that resolve the ``MODULE:NAME``
+arguments themselves; the merged report is :func:`run`'s, rows in the cases' order.
 
 The :class:`Report` has ``ok``, ``to_json()`` and ``to_markdown()`` (the summary table, then the
 mismatch details, then the code side by side). See ``docs/portcheck.md`` for an example.
