@@ -13,9 +13,10 @@ Writes, under ``data/`` (``<gpu>`` is ``h200`` on an NVIDIA H200):
   fixed count of calls, passes interleaved), the bits of the timed outputs compared with the
   original's, and the provenance.
 
-Most of its time is compiles (helion's specializations, the port's, the steps' kernels, one
-Inductor graph a shape): on a fresh H200 the whole command outlasted 10 minutes; with warm caches
-42 cases and 9 shapes took 93 s (``--quick``: a third of the shapes, no steps).
+In one process most of its time is building large cases' inputs on the CPU and compiles; on a
+fresh H200 it outlasted 10 minutes. With ``jobs=12`` the check and the steps (91 s) and the
+sweep's port and helion compiles run in worker processes, then the timing alone: 156 s in all
+at 7f31113 (``--quick``: a third of the shapes, no steps).
 """
 
 from __future__ import annotations
@@ -194,16 +195,19 @@ def step_spec(name: str) -> str:
 
 
 def warm_shape(M: int, N: int) -> float:
-    """One call of each implementation at ``(M, N)`` on CUDA: a worker of the parallel run
-    compiles helion's kernel, the port's and the Inductor graph into the on-disk caches
-    (Triton's, Inductor's) that the timing process then reads. Returns the seconds it took."""
+    """One call of the port and of the helion original at ``(M, N)`` on CUDA: a worker of the
+    parallel run compiles their kernels (fixed configs, nothing tuned at run time) into Triton's
+    on-disk cache, which the timing process then reads. Not torch.compile: Inductor benchmarks
+    candidate configs of its kernels at the first call and caches the pick, and a pick made while
+    eleven other processes share the GPU is not one to time (seen: its times moved up to 22%
+    between two runs that did that); the timing process compiles each graph alone. Returns the
+    seconds it took."""
     t0 = time.perf_counter()
     dev = torch.device("cuda")
     x = torch.randn((M, 2 * N), device=dev).to(torch.bfloat16)
     scale = torch.tensor([SCALE], dtype=torch.float32, device=dev)
     helion_side.silu_mul_fp8_helion(x, scale)
     port_side.silu_mul_fp8(x, scale)
-    compiled_formula()(x, scale)
     torch.cuda.synchronize()
     return time.perf_counter() - t0
 
@@ -301,9 +305,9 @@ def run(
 
     ``jobs`` > 1: the check and the steps run in that many worker processes
     (:func:`inkling_workbook.portcheck.submit`; ``cases`` must then be a name), and on CUDA the
-    same workers make the sweep's first call of every implementation at every shape
-    (:func:`warm_shape`), filling Triton's and Inductor's on-disk caches; the timing itself runs
-    afterwards in this process alone, the workers gone. Writes the records under ``out/data``
+    same workers make the sweep's first call of the port and of helion at every shape
+    (:func:`warm_shape`), filling Triton's on-disk cache; torch.compile's graphs are compiled and
+    the timing runs afterwards in this process alone, the workers gone. Writes the records under ``out/data``
     (default: the repository's ``data/``)."""
     from . import bench
 
@@ -377,7 +381,7 @@ def run(
     bench_meta = {
         "provenance": meta,
         "timing": {
-            **bench.timing_meta(),
+            **{k: v for k, v in bench.timing_meta().items() if k not in ("decode_passes", "other_passes")},
             "passes": PASSES,
             "l2": "warm (the same buffers every call) and, where the rotation fits, cold (buffer sets over "
             "three L2s of data)",
@@ -393,7 +397,9 @@ def run(
         },
         "shapes": [list(s) for s in sweep_list],
         "compile_caches": (
-            f"filled by {jobs} worker processes before timing ({warm_s} s of first calls, summed over them)"
+            f"port and helion compiled by {jobs} worker processes before timing ({warm_s} s of first calls, "
+            "summed over them); torch.compile's graphs compiled (and their kernels' configs picked) in the timing "
+            "process alone"
             if warm_s is not None
             else "filled by this process's first calls"
         ),
