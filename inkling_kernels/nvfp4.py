@@ -507,7 +507,8 @@ def nvfp4_quant(
     Args:
         x: ``[M, N]`` bf16 or fp16 (fp32 accepted too), N a multiple of 16; rows may be strided.
         global_scale: fp32 ``[E]`` (``[1]`` or a 0-d tensor without experts), conventionally
-            ``448 * 6 / amax`` of the expert's activations; finite and >= 0.
+            ``448 * 6 / amax`` of the expert's activations; finite and >= 0 (checked with the value
+            checks; where they do not run, an invalid one gives its expert NaN scales and codes +0).
         expert_offsets: int32/int64 ``[E+1]``, rows of expert e are
             ``expert_offsets[e]:expert_offsets[e+1]`` (non-decreasing, 0 to M). Default ``[0, M]``
             (built on the device).
@@ -516,20 +517,24 @@ def nvfp4_quant(
             rounded up to 128, cumulated, computed on the device (:func:`default_blockscale_offsets`).
         swizzle: write scales in the 128x4 layout of the NVFP4 GEMM (default) or linear ``[M, N/16]``.
         out: optional preallocated ``(packed, scales)``: ``packed`` uint8 ``[M, N/2]``, ``scales``
-            uint8 ``[R, ceil(N/64)*4]`` with ``R >= blockscale_offsets[-1]`` (swizzled; e.g.
-            :func:`max_blockscale_rows`) or ``[M, N/16]`` (linear); contiguous, not overlapping
-            the input. Scale rows past the experts' rows are written as zero.
+            uint8 ``[R, ceil(N/64)*4]`` with ``R >= blockscale_offsets[-1]`` and ``R`` a multiple of
+            128, whole swizzled blocks (e.g. :func:`max_blockscale_rows`), or ``[M, N/16]``
+            (linear); contiguous, not overlapping the input. Scale rows past the experts' rows are
+            written as zero.
         validate: value checks of the device-resident arguments (offsets consistent and in range,
-            ``global_scale`` finite and >= 0, the scales output big enough). They read those
-            tensors on the host, a synchronization, so ``None`` (default) runs them only when
-            ``out`` is not given and the current stream is not capturing a CUDA graph; ``True``
-            runs them also with ``out`` (refused during capture); ``False`` never. Unchecked
-            offsets cannot make the kernel access memory out of bounds (rows outside ``[0, M)``
-            and scale rows past the output are skipped), but wrong offsets give wrong results.
+            ``global_scale`` finite and >= 0, the scales output big enough, and without ``out`` no
+            more scale rows than :func:`max_blockscale_rows` ``(M, E)``). They read those tensors on
+            the host, a synchronization on CUDA, so ``None`` (default) runs them when ``out`` is not
+            given or the tensors are on the CPU, and the current stream is not capturing a CUDA
+            graph; ``True`` runs them also with ``out`` on CUDA (refused during capture); ``False``
+            never. Unchecked offsets cannot make the kernel access memory out of bounds (rows
+            outside ``[0, M)`` and scale bytes past the output are skipped), but wrong offsets give
+            wrong results.
             Shapes, dtypes and devices are always checked (no synchronization).
         config: optional ``(BLOCK_M, BLOCK_K, num_warps)`` overriding the launch heuristic
             (benchmarks; tiles never change the result).
-        scale_rows: rows of the swizzled scales output when ``out`` is not given. Default: when
+        scale_rows: rows of the swizzled scales output when ``out`` is not given: a multiple of 128,
+            at least 128 when M > 0, at most :func:`max_blockscale_rows` ``(M, E)``. Default: when
             the value checks run (``validate`` not False, not capturing), exactly
             ``blockscale_offsets[-1]`` (read on the host with the checks); otherwise (CUDA graph
             capture, ``validate=False``) :func:`max_blockscale_rows` ``(M, E)``, a bound that
