@@ -32,7 +32,8 @@ _GUARDS: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, str]] = []
 
 def _sentinel(n: int, device) -> torch.Tensor:
     """Position-dependent bytes (no run of one value), so a stray write of any value shows."""
-    return ((torch.arange(n, dtype=torch.int64) * 37 + 11) % 251).to(torch.uint8).to(device)
+    idx = torch.arange(n, dtype=torch.int64 if n * 37 >= 2**31 else torch.int32, device=device)
+    return ((idx * 37 + 11) % 251).to(torch.uint8)
 
 
 def guarded(shape, dtype, device, strides=None, fill=None, name="output") -> torch.Tensor:

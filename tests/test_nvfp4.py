@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import DEVICE, poisoned, randn
+from conftest import DEVICE, guarded, poisoned, randn
 
 from inkling_kernels import nvfp4_quant, silu_and_mul, silu_and_mul_nvfp4_quant
 from inkling_kernels.nvfp4 import max_blockscale_rows
@@ -223,8 +223,8 @@ _eo = lambda *v: torch.tensor(v, dtype=torch.int32, device=DEVICE)  # noqa: E731
 
 
 def _quant_out(M, N, rows=128):
-    return torch.empty((M, N // 2), dtype=torch.uint8, device=DEVICE), torch.empty(
-        (rows, (N // 16 + 3) // 4 * 4), dtype=torch.uint8, device=DEVICE
+    return guarded((M, N // 2), torch.uint8, DEVICE, name="packed"), guarded(
+        (rows, (N // 16 + 3) // 4 * 4), torch.uint8, DEVICE, name="scales"
     )
 
 
