@@ -363,9 +363,10 @@ def test_strided_offsets_read_as_their_own_values(gen, device):
 
 
 def test_unvalidated_offsets_stay_in_bounds(gen, device):
-    """With out given, offsets are not read on the host by default (capturable); offsets that
-    point past M must then not make the kernel touch rows outside [0, M): rows it would map
-    outside are skipped, the real ones are quantized as their (wrong) expert says."""
+    """Unvalidated offsets (``validate=False``; on CUDA also the default with out given, which
+    stays capturable) that point past M must not make the kernel touch rows outside [0, M): rows
+    it would map outside are skipped, the real ones are quantized as their (wrong) expert says.
+    On the CPU the default checks them (a host read costs no synchronization there)."""
     M, N = 8, 64
     x = randn((M, N), torch.bfloat16, gen, device, scale=2.0)
     gs = torch.tensor([50.0, 80.0], device=device)
@@ -373,8 +374,13 @@ def test_unvalidated_offsets_stay_in_bounds(gen, device):
     guard = poisoned((2 * M + 4, N // 2), torch.uint8, device)
     packed = guard[M + 2 : 2 * M + 2]  # poison before and after the output rows
     scales = poisoned((max_blockscale_rows(M, 2), 4), torch.uint8, device)
-    nvfp4_quant(x, gs, expert_offsets=bad, out=(packed, scales))  # no error: not validated
+    nvfp4_quant(x, gs, expert_offsets=bad, out=(packed, scales), validate=False)  # no error: not validated
     assert (guard[: M + 2] == 0xFF).all() and (guard[2 * M + 2 :] == 0xFF).all()
+    if device.type == "cuda":
+        nvfp4_quant(x, gs, expert_offsets=bad, out=(packed, scales))  # the default with out: not read
+    else:
+        with pytest.raises(ValueError, match="end at M"):
+            nvfp4_quant(x, gs, expert_offsets=bad, out=(packed, scales))
     with pytest.raises(ValueError, match="end at M"):
         nvfp4_quant(x, gs, expert_offsets=bad, out=(packed, scales), validate=True)
     good = torch.tensor([0, 5, 8], dtype=torch.int32, device=device)
