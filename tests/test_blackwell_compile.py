@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES = {c.name: c for c in blackwell.all_cases()}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compiled(name: str, target: str) -> dict:
     """One compile per (case, target) in the session, inspected."""
     comp, elements, straight, kwargs = blackwell.compile_case(CASES[name], target)
