@@ -50,7 +50,8 @@ def test_ptx_model_rounds_ties_to_even_saturates_and_keeps_the_sign():
 def test_a_wrong_rounding_is_caught(domain):
     """The comparison can fail: ties away from zero differ from the instruction on the domain."""
     bits = domain.astype(np.uint32)
-    a = np.abs(bits.view(np.float32).astype(np.float64))
+    with np.errstate(invalid="ignore"):  # signalling NaN payloads widened
+        a = np.abs(bits.view(np.float32).astype(np.float64))
     ok = np.isfinite(a) & (a < 6.0)
     grid = e2m1_proof.E2M1_VALUES
     away = np.searchsorted((grid[1:] + grid[:-1]) / 2, a[ok], side="right")  # ties go up
@@ -70,7 +71,7 @@ def test_numpy_port_equals_the_triton_helper(domain):
 def test_nibble_order_of_the_hardware_pair():
     """PTX packs operand ``a`` into the upper nibble: the kernel passes the odd element as ``a``
     (``$2``) and the even one as ``b`` (``$1``), so element 2i lands in the low nibble as in software."""
-    src = inspect.getsource(nvfp4._e2m1x2_hw)
+    src = inspect.getsource(nvfp4._e2m1x2_hw.fn)
     assert "cvt.rn.satfinite.e2m1x2.f32 t, $2, $1;" in src and "[even, odd]" in src
     even, odd = np.meshgrid(np.arange(16), np.arange(16))
     assert np.array_equal(e2m1_proof.ptx_pack(odd, even), e2m1_proof.software_pack(even, odd))
