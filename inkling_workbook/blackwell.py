@@ -465,8 +465,11 @@ def main(argv: list[str]) -> int:
     opts = parser.parse_args(argv)
     for target in opts.targets.split(","):
         cases = record_target(target)
+        prov = provenance.collect(["python", "-m", "inkling_workbook.blackwell", *argv])
+        prov["device"] = f"{prov['device'].split(',')[0]}, compile only (no GPU)"
+        prov.pop("interpreter_bf16_rounding", None)  # nothing ran in the interpreter
         doc = {
-            "provenance": provenance.collect(["python", "-m", "inkling_workbook.blackwell", *argv]),
+            "provenance": prov,
             "target": target,
             "gpu_target": f'GPUTarget("cuda", {TARGETS[target]}, 32)',
             "triton": triton.__version__,

@@ -143,8 +143,11 @@ def main(argv: list[str]) -> int:
 
     result = exhaustive(progress=progress)
     small = compare(domain_small())
+    prov = provenance.collect(["python", "-m", "inkling_workbook.e2m1_proof", *argv])
+    prov["device"] = f"{prov['device'].split(',')[0]}, numpy (no GPU, no interpreter)"
+    prov.pop("interpreter_bf16_rounding", None)
     record = {
-        "provenance": provenance.collect(["python", "-m", "inkling_workbook.e2m1_proof", *argv]),
+        "provenance": prov,
         "claim": (
             "the kernel's software e2m1 rounding (_e2m1_code) equals cvt.rn.satfinite.e2m1x2.f32 as the PTX ISA "
             "defines it on every non-NaN fp32 input; NaN inputs only occur in blocks the kernel zeroes"
