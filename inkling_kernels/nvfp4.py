@@ -422,7 +422,8 @@ def _launch_quant(
     _backend.launch(
         nvfp4_quant_kernel, (grid0,), device, src, weight, gs, expert_offsets, scale_offsets, packed, scales,
         stride_x, M, E, total_rows, N=N, SCALE_COLS=scale_cols, ACT=act, HAS_WEIGHT=has_weight, SWIZZLE=swizzle,
-        BLOCK_M=block_m, BLOCK_K=block_k, SEARCH_STEPS=steps, INT64=int64, USE_PDL=False, num_warps=warps,
+        BLOCK_M=block_m, BLOCK_K=block_k, SEARCH_STEPS=steps, INT64=int64, USE_PDL=False, HW_E2M1=False,
+        num_warps=warps,
     )  # fmt: skip
     return packed, scales
 
