@@ -106,3 +106,28 @@ def test_gpu_nvfp4_launch_key_holds_the_conversion_switch():
         keys = nvfp4._LAUNCHER.cached_keys()
         assert keys and all(k[2] in (True, False) for k in keys) and any(k[2] is want for k in keys)
     assert HAS_CUDA
+
+
+@gpu_only
+def test_gpu_nvfp4_hardware_path_gives_the_software_bytes(monkeypatch):
+    """On compute capability 10.x-12.x: both NVFP4 ops with the hardware conversion and with it
+    forced off give the same packed bytes and scales (both layouts, weights, experts with an empty
+    one, a NaN and an infinity in the input)."""
+    from inkling_kernels import nvfp4_quant, silu_and_mul_nvfp4_quant
+
+    dev = torch.device("cuda")
+    if not nvfp4._hw_e2m1(dev):
+        pytest.skip("no hardware e2m1 conversion on this GPU (the software path is what runs)")
+    gen = torch.Generator().manual_seed(0)
+    x = (torch.randn(300, 3072, generator=gen) * 3).to(torch.bfloat16)
+    x[5, 17], x[7, 3] = float("nan"), float("inf")
+    x, w = x.to(dev), torch.rand(300, generator=gen).to(dev)
+    eo = torch.tensor([0, 100, 100, 300], dtype=torch.int32, device=dev)
+    gs = torch.tensor([50.0, 1.0, 200.0], device=dev)
+    outs = {}
+    for hw in (True, False):
+        monkeypatch.setattr(nvfp4, "_hw_e2m1", lambda device, hw=hw: hw)
+        outs[hw] = [silu_and_mul_nvfp4_quant(x, gs, eo, interleaved=il, topk_weights=w) for il in (False, True)]
+        outs[hw].append(nvfp4_quant(x[:, :1536], gs, expert_offsets=eo))
+    for (p_hw, s_hw), (p_sw, s_sw) in zip(outs[True], outs[False], strict=True):
+        assert torch.equal(p_hw, p_sw) and torch.equal(s_hw, s_sw)
