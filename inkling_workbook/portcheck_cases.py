@@ -28,10 +28,11 @@ from dataclasses import dataclass
 
 import torch
 
+import portcheck
 from inkling_kernels.reference import join_gateup, silu_and_mul_ref, split_gateup
 from inkling_kernels.silu_and_mul import silu_and_mul
 
-from . import helion_original, portcheck
+from . import helion_original
 
 
 def _out(args: tuple, kwargs: dict) -> torch.Tensor:

@@ -1,9 +1,9 @@
 """Planted ports for tests/test_portcheck.py: importable by name, so the CLI can run them in a
-fresh process (``python -m inkling_workbook portcheck portcheck_plants:double ...``)."""
+fresh process (``python -m portcheck portcheck_plants:double ...``)."""
 
 import torch
 
-from inkling_workbook import portcheck
+import portcheck
 
 
 def double(x):

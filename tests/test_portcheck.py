@@ -1,4 +1,4 @@
-"""portcheck (inkling_workbook/portcheck.py): planted mismatches are caught and named, equal
+"""portcheck (the top-level package ``portcheck``): planted mismatches are caught and named, equal
 callables pass, the CLI's exit codes, ulp histograms, the generated-code comparison and the
 value-class generators."""
 
@@ -12,8 +12,10 @@ import portcheck_plants as plants
 import pytest
 import torch
 
+import portcheck
+
 import inkling_kernels as ik
-from inkling_workbook import cli, helion_original, portcheck
+from inkling_workbook import cli, helion_original
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
@@ -37,7 +39,7 @@ def test_one_flipped_bit_is_named_with_its_case_coordinate_and_both_values():
     assert first["original"] == f"0x{want:04x}" and first["port"] == f"0x{want ^ 1:04x}"
     md = report.to_markdown()
     assert row["case"] in md and "at (0, 3)" in md and first["original"] in md and first["port"] in md
-    assert "MISMATCH" in md and f"--only '{row['case']}'" in md and "seed 0" in md
+    assert "MISMATCH" in md and f"--only '{row['case']}'" in md and f"seed {row['seed']}" in md
 
 
 def test_a_moved_nan_is_reported_as_nan_positions():
@@ -163,7 +165,7 @@ def test_bad_arguments_name_the_argument():
 
 
 def _cli(*args):
-    cmd = [sys.executable, "-m", "inkling_workbook", "portcheck", *args]
+    cmd = [sys.executable, "-m", "portcheck", *args]
     return subprocess.run(cmd, env=ENV, cwd=ROOT, capture_output=True, text=True)
 
 
@@ -176,7 +178,7 @@ def test_cli_exit_codes(tmp_path):
     assert bad.returncode == 1 and "MISMATCH" in bad.stdout
     # the reproducer it prints reruns that one case
     repro = next(line for line in bad.stdout.splitlines() if "reproduce:" in line).split("`")[1]
-    assert repro.startswith("python -m inkling_workbook portcheck")
+    assert repro.startswith("python -m portcheck ")
     rerun = subprocess.run(
         repro.replace("python", sys.executable, 1), shell=True, env=ENV, cwd=ROOT, capture_output=True, text=True
     )
@@ -200,7 +202,8 @@ def test_cli_without_helion_says_so_and_exits_2(monkeypatch, capsys):
 
     monkeypatch.setattr(helion_original, "helion_kernel", no_helion)
     argv = ["portcheck", "inkling_workbook.helion_original:silu_and_mul_helion", "inkling_kernels:silu_and_mul"]
-    assert cli.main([*argv, "--cases", "inkling_workbook.portcheck_cases:cpu_cases", "--no-code"]) == 2
+    # in this process (--no-isolate): a worker process would not see the monkeypatch
+    assert cli.main([*argv, "--cases", "inkling_workbook.portcheck_cases:cpu_cases", "--no-code", "--no-isolate"]) == 2
     assert "helion" in capsys.readouterr().err
 
 
@@ -237,7 +240,7 @@ def test_row_padded_layout_and_the_same_values():
 
 def test_generation_is_the_same_in_two_fresh_processes():
     script = (
-        "import torch\nfrom inkling_workbook import portcheck\n"
+        "import torch\nimport portcheck\n"
         "for c in portcheck.matrix(shapes=[(64, 96), ((8, 32), (8,))], dtypes=[torch.bfloat16, torch.float32]):\n"
         "    print(c.name, portcheck.digest(c.build()))\n"
     )
@@ -271,7 +274,8 @@ def test_capture_sees_interpreted_launches_sends_cuda_launchers_through_run_and_
 _TWO_CPU_CASES = """
 import json
 import inkling_kernels as ik
-from inkling_workbook import helion_original, portcheck, portcheck_cases
+import portcheck
+from inkling_workbook import helion_original, portcheck_cases
 cases = portcheck_cases.cpu_cases()
 picked = [cases[0], next(c for c in cases if c.name.startswith("w 2x768+2 bfloat16 edges") and "False" in c.name)]
 ref = portcheck_cases.reference
