@@ -127,6 +127,8 @@ def run_args(args) -> int:
     """Run the check ``args`` (the parsed arguments) describe; the exit code."""
     from . import isolate
     from .compare import Mode
+
+    isolate.quiet_warnings()
     from .runner import progress_printer, run
 
     try:
@@ -219,6 +221,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as ``python -m`` does: modules of the current directory resolve
     try:
         return run_args(args)
     except KeyboardInterrupt:

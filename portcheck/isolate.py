@@ -36,6 +36,16 @@ from .runner import check_case, check_device, code_report, mode_flags, reproduce
 CHUNK = 8
 
 
+def quiet_warnings() -> None:
+    """Silence two warnings every interpreted case would repeat: Triton 3.9's notice about its FP
+    fusion default, and numpy's overflow in lanes the interpreter computes (masked-off lanes
+    too: ``exp`` of a large value there is harmless)."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION")
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module="triton.runtime.interpreter")
+
+
 def _threads(jobs: int) -> int:
     return max(1, (os.cpu_count() or 1) // jobs)
 
@@ -47,6 +57,7 @@ def _worker(conn, spec: dict) -> None:
 
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     torch.set_num_threads(spec["threads"])
+    quiet_warnings()
     try:
         original, port = resolve(spec["original"], "ORIGINAL"), resolve(spec["port"], "PORT")
         reference = resolve(spec["reference"], "--reference") if spec["reference"] else None

@@ -12,9 +12,8 @@ import portcheck_plants as plants
 import pytest
 import torch
 
-import portcheck
-
 import inkling_kernels as ik
+import portcheck
 from inkling_workbook import cli, helion_original
 
 ROOT = Path(__file__).resolve().parent.parent
