@@ -259,12 +259,15 @@ def generated_code(call, device) -> list[dict]:
         from triton.runtime import driver
 
         target = driver.active.get_current_target()
+    from .interpret import paused
+
     with capture_launches() as seen:
         call()
     kernels: dict[str, dict] = {}
     for launch in seen:
         try:
-            compiled, key = compile_launch(launch, target)
+            with paused():  # compiled as Triton ships, not with the interpreter's repairs
+                compiled, key = compile_launch(launch, target)
         except Exception as e:  # e.g. an argument type the sm_90 compiler does not take
             entry = kernels.setdefault(f"error {launch.name}", {"kernel": launch.name, "launches": 0})
             entry["error"] = compile_error(launch, e)

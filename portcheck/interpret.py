@@ -96,6 +96,7 @@ class _Patches:
             "jit_call": JITFunction.__call__,
             "jit_run": JITFunction.run,
             "interp_run": InterpretedFunction.run,
+            "libdevice_exp": libdevice.exp,
         }
         self.interpreted: dict[int, object] = {}
         classes = [
@@ -228,20 +229,64 @@ def cpu_mode(repairs: bool = True):
             (p.libdevice, "exp", p.libdevice_exp),
         ]
     snap = p.snapshot()
-    saved = [(obj, name, vars(obj).get(name, _ABSENT)) for obj, name, _ in patches]
-    for obj, name, value in patches:
-        setattr(obj, name, value)
-    _state.active = True
+    saved = _apply(patches)
+    _state.active, _state.patches = True, patches
     try:
         yield
     finally:
-        _state.active = False
-        for obj, name, value in reversed(saved):
-            if value is _ABSENT:
-                delattr(obj, name)
-            else:
-                setattr(obj, name, value)
+        _state.active, _state.patches = False, None
+        _undo(saved)
         p.restore(snap)
+
+
+def _apply(patches) -> list:
+    saved = [(obj, name, vars(obj).get(name, _ABSENT)) for obj, name, _ in patches]
+    for obj, name, value in patches:
+        if value is not _ABSENT:
+            setattr(obj, name, value)
+        elif name in vars(obj):
+            delattr(obj, name)
+    return saved
+
+
+def _undo(saved) -> None:
+    for obj, name, value in reversed(saved):
+        if value is not _ABSENT:
+            setattr(obj, name, value)
+        elif name in vars(obj):
+            delattr(obj, name)
+
+
+@contextlib.contextmanager
+def paused():
+    """Triton as shipped for the block, inside a :func:`cpu_mode` block (the generated-code table
+    compiles there: a compile must not see the repairs); outside one, nothing changes."""
+    patches = getattr(_state, "patches", None) if getattr(_state, "active", False) else None
+    if not patches:
+        yield
+        return
+    saved = _apply([(obj, name, saved_value) for (obj, name, saved_value) in _saved_values(patches)])
+    try:
+        yield
+    finally:
+        _undo(saved)
+
+
+def _saved_values(patches):
+    """The values the patched attributes had before :func:`cpu_mode` (kept on the patch functions'
+    owners by ``_Patches.original`` and the class dictionaries)."""
+    p = _patches()
+    originals = {
+        (p.JITFunction, "run"): p.original["jit_run"],
+        (p.JITFunction, "__call__"): p.original["jit_call"],
+        (p.InterpretedFunction, "run"): p.original["interp_run"],
+        (p.builder, "cast_impl"): _ABSENT,
+        (p.builder, "binary_op"): _ABSENT,
+        (p.builder, "create_fp_to_fp"): _ABSENT,
+        (p.libdevice, "exp"): p.original["libdevice_exp"],
+    }
+    for obj, name, _ in patches:
+        yield obj, name, originals[(obj, name)]
 
 
 def provenance(repairs: bool = True) -> dict:
