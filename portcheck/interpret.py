@@ -18,6 +18,8 @@
   ``bf16<->fp16/fp64``      through fp32: exact widening, then one rounding         as above, twice
   ``bf16 arithmetic``       ``+ - * /`` on bf16 rounded once to bf16                numpy's operator on the
                                                                                     uint16 bit patterns
+  ``bf16 compare, min/max,  on the values                                           on the bit patterns
+  negation``                                                                        (-1.0 > 0 is True)
   ``fp32->e4m3``            round to nearest even, saturate at +-448, NaN -> 0x7F   truncates the exponent
   ``libdevice.exp``         ``__nv_expf``                                           an unbound stub (None);
                                                                                     repaired as ``tl.exp``
@@ -50,10 +52,16 @@ import numpy as np
 import torch
 
 REPAIRS = ("fp32->bf16 RNE", "bf16->fp32 exact (subnormals)", "bf16<->fp16/fp64 via fp32", "bf16 arithmetic RNE",
-           "fp32->e4m3 RNE saturating", "libdevice.exp")  # fmt: skip
+           "bf16 comparisons, min/max, negation", "fp32->e4m3 RNE saturating", "libdevice.exp")  # fmt: skip
 E4M3_MAX = 448.0
 _ABSENT = object()
 _state = threading.local()
+
+
+_BF16_BINARY = {
+    "round": (np.add, np.subtract, np.multiply, np.divide, np.fmod, np.minimum, np.maximum, np.fmin, np.fmax),
+    "compare": (np.less, np.less_equal, np.greater, np.greater_equal, np.equal, np.not_equal),
+}
 
 
 def _depth() -> int:
@@ -92,6 +100,7 @@ class _Patches:
         self.original = {
             "cast_impl": interpreter_builder.cast_impl,
             "binary_op": interpreter_builder.binary_op,
+            "unary_op": interpreter_builder.unary_op,
             "create_fp_to_fp": interpreter_builder.create_fp_to_fp,
             "jit_call": JITFunction.__call__,
             "jit_run": JITFunction.run,
@@ -120,15 +129,29 @@ class _Patches:
         return self.original["cast_impl"](src, dst_type)
 
     def binary_op(self, lhs, rhs, op):
-        """``+ - * /`` on two bf16 operands: widened exactly to fp32, the fp32 operation (correctly
-        rounded; 24 >= 2 * 8 + 2 bits make the second rounding innocuous), then to nearest even."""
+        """Two bf16 operands (the interpreter holds bf16 as uint16 bit patterns and applies numpy
+        to those): widened exactly to fp32, then ``+ - * / fmod`` rounded once to bf16 (24 >= 2 *
+        8 + 2 bits make the double rounding innocuous for + - * /), min/max selected exactly,
+        comparisons as booleans."""
         tl = self.tl
-        if (lhs.dtype.scalar == tl.bfloat16 and rhs.dtype.scalar == tl.bfloat16
-                and any(op is f for f in (np.add, np.subtract, np.multiply, np.divide))):  # fmt: skip
-            with np.errstate(all="ignore"):
-                result = op(_bf16_as_f32(lhs.data), _bf16_as_f32(rhs.data))
-            return self.TensorHandle(_f32_as_bf16_bits(result), tl.bfloat16)
+        if lhs.dtype.scalar == tl.bfloat16 and rhs.dtype.scalar == tl.bfloat16:
+            kind = next((k for k, ops in _BF16_BINARY.items() if any(op is f for f in ops)), None)
+            if kind is not None:
+                with np.errstate(all="ignore"):
+                    result = op(_bf16_as_f32(lhs.data), _bf16_as_f32(rhs.data))
+                if kind == "compare":
+                    return self.TensorHandle(result, tl.int1)
+                return self.TensorHandle(_f32_as_bf16_bits(result), tl.bfloat16)
         return self.original["binary_op"](lhs, rhs, op)
+
+    def unary_op(self, arg, op):
+        """A numpy function of one bf16 operand (negation, and math functions that reach the
+        interpreter in bf16): on the exact fp32 value, rounded once to bf16."""
+        if arg.dtype.scalar == self.tl.bfloat16:
+            with np.errstate(all="ignore"):
+                result = op(_bf16_as_f32(arg.data))
+            return self.TensorHandle(_f32_as_bf16_bits(result), self.tl.bfloat16)
+        return self.original["unary_op"](arg, op)
 
     def create_fp_to_fp(self, src, dst_type, rounding_mode):
         tl = self.tl
@@ -225,6 +248,7 @@ def cpu_mode(repairs: bool = True):
         patches += [
             (p.builder, "cast_impl", p.cast_impl),
             (p.builder, "binary_op", p.binary_op),
+            (p.builder, "unary_op", p.unary_op),
             (p.builder, "create_fp_to_fp", p.create_fp_to_fp),
             (p.libdevice, "exp", p.libdevice_exp),
         ]
@@ -282,6 +306,7 @@ def _saved_values(patches):
         (p.InterpretedFunction, "run"): p.original["interp_run"],
         (p.builder, "cast_impl"): _ABSENT,
         (p.builder, "binary_op"): _ABSENT,
+        (p.builder, "unary_op"): _ABSENT,
         (p.builder, "create_fp_to_fp"): _ABSENT,
         (p.libdevice, "exp"): p.original["libdevice_exp"],
     }

@@ -7,10 +7,12 @@ runs past ``timeout`` seconds (the worker is killed), that case's row says so (`
 signal, ``timeout`` with the time) and a fresh worker takes the remaining cases. The rows come back
 in the cases' order: the report :func:`portcheck.run` would give, plus the crashed ones.
 
-Cost: every worker pays the imports (torch, Triton, your modules) once, a few seconds of CPU; a
-case's clock starts when the worker is ready. With ``jobs`` above the number of free cores the
-workers only share them (on a 2-core machine ``--jobs 2`` of small cases took longer than
-``--jobs 1``: two imports instead of one, and the cases themselves were cheaper than the imports).
+Cost: on a CPU the workers are forked from this process, which has imported torch, Triton and
+your modules already: a worker starts in milliseconds. On CUDA they are spawned (CUDA cannot be
+forked) and every worker pays the imports once, a few seconds of CPU. A case's clock (``timeout``)
+starts when its worker is ready. Spawned workers were why ``--jobs 2`` used to be slower than
+serial on a 2-core machine: each of two fresh processes imported torch, Triton and the workbook,
+and the parent did too, where the cases themselves took less than a second each.
 
 :func:`pool` and :func:`submit` put several checks on one pool of processes (the second port's GPU
 job uses them); they do not isolate crashes.
@@ -89,8 +91,21 @@ def _worker(conn, spec: dict) -> None:
         scope.__exit__(None, None, None)
 
 
+def _context(device: torch.device):
+    """``fork`` for CPU checks where the platform has it: a worker starts with this process's
+    imports (torch, Triton, your modules) in milliseconds instead of importing them again for
+    seconds; ``spawn`` for CUDA, which cannot be forked."""
+    if device.type == "cpu" and "fork" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
+
+
 class _Worker:
     def __init__(self, ctx, spec):
+        import sys
+
+        sys.stdout.flush()  # a forked child would print what is still in the buffers again
+        sys.stderr.flush()
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker, args=(child, spec), daemon=True)
         self.proc.start()
@@ -160,7 +175,7 @@ def run_isolated(
             "reruns": reruns, "mode": {"nan": mode.nan, "zeros": mode.zeros, "ulp": mode.ulp,
             "no_farther": mode.no_farther}, "repairs": interpret_repairs, "dump": dump,
             "threads": _threads(jobs)}  # fmt: skip
-    ctx = multiprocessing.get_context("spawn")
+    ctx = _context(device)
     todo = collections.deque(indices)
     if code:
         todo.appendleft(("code", indices[0]))

@@ -376,20 +376,3 @@ def test_cli_jobs(tmp_path):
     assert bad.returncode == 1 and "MISMATCH" in bad.stdout
     timing = _cli("portcheck_plants:double", "portcheck_plants:double", "--cases", CASES, "--jobs", "2", "--timing")
     assert timing.returncode == 2 and "--timing" in timing.stderr
-
-
-def test_the_documented_outside_pair_runs_as_written(tmp_path):
-    """docs/portcheck.md's ``mypair.py`` and its command, from a directory outside the checkout
-    (two worker processes, the Triton interpreter): exit 0 as documented, 1 with the port broken."""
-    doc = (ROOT / "docs" / "portcheck.md").read_text()
-    source = doc.split("```python\n# mypair.py\n", 1)[1].split("```", 1)[0]
-    command = doc.split("TRITON_INTERPRET=1 PYTHONPATH=.:/path/to/inkling-kernels python ", 1)[1].split("```", 1)[0]
-    args = command.replace("\\\n", " ").split()
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([".", str(ROOT)])}
-    (tmp_path / "mypair.py").write_text(source)
-    ok = subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert ok.returncode == 0, ok.stdout[-2000:] + ok.stderr[-2000:]
-    assert "20/20 cases equal and deterministic on cpu: **OK**" in ok.stdout
-    (tmp_path / "mypair.py").write_text(source.replace("0.5 * x), mask", "0.25 * x), mask"))
-    bad = subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert bad.returncode == 1 and "MISMATCH" in bad.stdout and "reproduce:" in bad.stdout
