@@ -1,7 +1,7 @@
 """portcheck's case matrices for the SiLU-and-mul port (``inkling_kernels.silu_and_mul``) against
 its helion original (``inkling_workbook.helion_original.silu_and_mul_helion``)::
 
-    python -m inkling_workbook portcheck inkling_workbook.helion_original:silu_and_mul_helion \\
+    python -m portcheck inkling_workbook.helion_original:silu_and_mul_helion \\
         inkling_kernels:silu_and_mul --cases inkling_workbook.portcheck_cases:cpu_cases \\
         --reference inkling_workbook.portcheck_cases:reference
 

@@ -19,9 +19,9 @@ loads, writes one byte an output, and runs on a flat 1-D grid with the column ti
 tile is :func:`launch_config`'s. It runs compiled on CUDA tensors and in Triton's interpreter on
 CPU tensors (:func:`inkling_kernels._backend.launch`), the same source lines either way. No PDL.
 
-``python -m inkling_workbook portcheck`` checks it against the original (``docs/portcheck.md``)::
+``python -m portcheck`` checks it against the original (``docs/portcheck.md``)::
 
-    python -m inkling_workbook portcheck inkling_workbook.silu_mul_fp8_helion:silu_mul_fp8_helion \\
+    python -m portcheck inkling_workbook.silu_mul_fp8_helion:silu_mul_fp8_helion \\
         inkling_workbook.silu_mul_fp8_port:silu_mul_fp8 --cases inkling_workbook.silu_mul_fp8_port:cpu_cases \\
         --reference inkling_workbook.silu_mul_fp8_helion:reference
 """

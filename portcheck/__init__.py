@@ -35,6 +35,7 @@ Modules, by what a reader looks for:
 """
 
 from .cases import ROW_PAD, STRIDES, VALUE_CLASSES, Case, digest, fingerprint, laid_out, matrix, name_seed, values
+from .cli import UsageError, load_cases, resolve
 from .code import CLASSES, Launch, capture_launches, compile_launch, generated_code, opcode_mix
 from .compare import (
     BITS,
@@ -54,10 +55,11 @@ from .runner import check_case, label, reproducer, run
 from .testing import assert_case, pytest_cases
 
 __all__ = [
-    "BITS", "CHUNK", "CLASSES", "EXIT_EQUAL", "EXIT_ERROR", "EXIT_MISMATCH", "EXIT_USAGE", "MAX_COORDS",
-    "REPAIRS", "ROW_PAD", "STRIDES", "ULP_BUCKETS", "ULP_DTYPES", "VALUE_CLASSES", "Case", "Launch", "Mode",
-    "Pending", "Report", "assert_case", "capture_launches", "check_case", "compare_outputs", "compile_launch",
-    "cpu_mode", "details", "digest", "e4m3_ulp_distance", "fingerprint", "generated_code", "laid_out", "matrix",
-    "name_seed", "opcode_mix", "pool", "provenance", "pytest_cases", "label", "reproducer", "run", "run_isolated",
-    "run_parallel", "submit", "ulp_distance", "ulp_histogram", "values",
+    "BITS", "CHUNK", "CLASSES", "Case", "EXIT_EQUAL", "EXIT_ERROR", "EXIT_MISMATCH", "EXIT_USAGE", "Launch",
+    "MAX_COORDS", "Mode", "Pending", "REPAIRS", "ROW_PAD", "Report", "STRIDES", "ULP_BUCKETS", "ULP_DTYPES",
+    "UsageError", "VALUE_CLASSES", "assert_case", "capture_launches", "check_case", "compare_outputs",
+    "compile_launch", "cpu_mode", "details", "digest", "e4m3_ulp_distance", "fingerprint", "generated_code",
+    "label", "laid_out", "load_cases", "matrix", "name_seed", "opcode_mix", "pool", "provenance", "pytest_cases",
+    "reproducer", "resolve", "run", "run_isolated", "run_parallel", "submit", "ulp_distance", "ulp_histogram",
+    "values",
 ]  # fmt: skip
