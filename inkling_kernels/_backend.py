@@ -69,8 +69,9 @@ _original_cast_impl = interpreter_builder.cast_impl
 def set_interpreter_bf16_rounding(mode: str) -> str:
     """Choose how interpreted kernels convert fp32 -> bf16: ``"rne"`` (round to nearest even,
     as the GPU does; the default) or ``"truncate"`` (Triton's interpreter as shipped). ``"rne"``
-    also turns on the interpreter's other repairs (bf16 arithmetic and the fp32 -> e4m3
-    conversion as the GPU rounds them); ``"truncate"`` leaves all of them as Triton ships them.
+    also turns on the interpreter's other repairs (bf16 -> fp32 widening exact on subnormals too,
+    bf16 arithmetic and the fp32 -> e4m3 conversion as the GPU rounds them); ``"truncate"``
+    leaves all of them as Triton ships them.
     Returns the previous mode."""
     if mode not in ("rne", "truncate"):
         raise ValueError(f"mode must be 'rne' or 'truncate', got {mode!r}")
@@ -83,16 +84,16 @@ def interpreter_bf16_rounding() -> str:
 
 
 def _cast_impl(src, dst_type):
-    if (
-        getattr(_state, "depth", 0) > 0
-        and _BF16_ROUNDING["mode"] == "rne"
-        and src.dtype.scalar == tl.float32
-        and dst_type.scalar == tl.bfloat16
-    ):
-        # torch's fp32 -> bf16 conversion rounds to nearest even (NaN stays NaN)
-        x = torch.from_numpy(np.array(src.data, dtype=np.float32, copy=True))
-        bits = x.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
-        return TensorHandle(bits.reshape(np.shape(src.data)), dst_type.scalar)
+    if getattr(_state, "depth", 0) > 0 and _BF16_ROUNDING["mode"] == "rne":
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            # torch's fp32 -> bf16 conversion rounds to nearest even (NaN stays NaN)
+            x = torch.from_numpy(np.array(src.data, dtype=np.float32, copy=True))
+            bits = x.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+            return TensorHandle(bits.reshape(np.shape(src.data)), dst_type.scalar)
+        if src.dtype.scalar == tl.bfloat16 and dst_type.scalar == tl.float32:
+            # bf16 -> fp32 is exact: the 16 bits moved to the top of the word. Triton 3.9's
+            # interpreter goes through a float conversion that reads the 127 bf16 subnormals wrong.
+            return TensorHandle(_bf16_as_f32(src.data).reshape(np.shape(src.data)), dst_type.scalar)
     return _original_cast_impl(src, dst_type)
 
 

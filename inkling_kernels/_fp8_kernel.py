@@ -228,8 +228,9 @@ def _work_counts(masked_m_ptr, E, T, T_PAD, BLOCK_M: tl.constexpr, G_TILES: tl.c
     [0, T]), row tiles holding a present row, items listed (those row tiles, and the tiles holding
     a padding scale row only, times the group tiles), the running end of the items and their total."""
     eo = tl.arange(0, E_POW2)
-    cnt = tl.load(masked_m_ptr + eo, mask=eo < E, other=0).to(tl.int32)
-    cnt = tl.minimum(tl.maximum(cnt, 0), T)
+    # clamped in the counts' own width, then narrowed: an int64 count past 2**32 must not wrap
+    cnt = tl.load(masked_m_ptr + eo, mask=eo < E, other=0)
+    cnt = tl.minimum(tl.maximum(cnt, 0), T).to(tl.int32)
     rt = (cnt + BLOCK_M - 1) // BLOCK_M  # row tiles holding a present row
     pad_lo = T // BLOCK_M  # row tiles holding a padding row: [pad_lo, pad_hi)
     pad_hi = (T_PAD + BLOCK_M - 1) // BLOCK_M
@@ -337,7 +338,7 @@ def _fp8_group_kernel(
         n_rows = T
         run = True
         if HAS_MASK:
-            n_rows = tl.minimum(tl.maximum(tl.load(masked_m_ptr + e).to(tl.int32), 0), T)
+            n_rows = tl.minimum(tl.maximum(tl.load(masked_m_ptr + e), 0), T).to(tl.int32)
             first = (pid // G_TILES) * BLOCK_M
             run = first < n_rows
             if PAD_ROWS:

@@ -462,6 +462,8 @@ def _fast_checks(src, act, w, masked_m, group_size, ue8m0, column_major, out, en
             return None
         if scales.dtype != torch.float32 or q.shape != (*lead, N):
             return None
+        if grad and (q.requires_grad or scales.requires_grad):
+            return None
         if scales.shape != s_shape or q.stride() != ((T * N, N, 1) if nd == 3 else (N, 1)):
             return None
         if scales.stride() != s_strides:

@@ -164,7 +164,9 @@ def _check_inputs_no_grad(**named) -> None:
             )
 
 
-def _check_out(out, lead, N: int, G: int, layout, device, inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+def _check_out(out, lead, N: int, G: int, layout, device, inputs: dict, memory: bool = True):
+    """``out`` checked against the layout: ``(q, scales)``. ``memory=False`` (fake tensors) leaves
+    out the overlap checks, which read addresses."""
     layout = _layout_name(layout)
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         raise TypeError("out must be a (q, scales) pair of tensors")
@@ -174,6 +176,11 @@ def _check_out(out, lead, N: int, G: int, layout, device, inputs: dict) -> tuple
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.device != device:
             raise ValueError(f"{name} is on {t.device}, expected {device}")
+        if t.requires_grad and torch.is_grad_enabled():
+            raise ValueError(
+                f"{name} requires grad: an output written in place cannot be part of autograd's graph "
+                "(as torch's own out= ops refuse it); pass a tensor that does not require grad"
+            )
     if q.dtype != FP8_DTYPE:
         raise TypeError(f"out[0] (q) must have dtype float8_e4m3fn, got {q.dtype}")
     q_shape = (*_q_lead(lead, layout), N)
@@ -202,6 +209,8 @@ def _check_out(out, lead, N: int, G: int, layout, device, inputs: dict) -> tuple
         )
     if _self_overlapping(scales):
         raise ValueError(f"out[1] (scales) elements overlap: strides {tuple(scales.stride())}")
+    if not memory:
+        return q, scales
     q_span, s_span = _span(q), _span(scales)  # each span once: this check runs on every call
     if layout in ("tma", "ue8m0_packed") and _canonical_scales(scales, lead, G, layout):
         # the kernel also zero-fills the padding rows of such a buffer: they count as written

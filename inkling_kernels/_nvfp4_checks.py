@@ -22,9 +22,12 @@ def _check_global_scale(global_scale, E: int, device) -> torch.Tensor:
     return global_scale.reshape(E).contiguous()
 
 
-def _check_values(global_scale, expert_offsets, blockscale_offsets, M: int, swizzle: bool, scale_rows) -> int:
+def _check_values(
+    global_scale, expert_offsets, blockscale_offsets, M: int, swizzle: bool, scale_rows, bound=None
+) -> int:
     """The value checks of device-resident arguments: one host read (a synchronization).
-    Returns the scale rows the offsets need (``blockscale_offsets[-1]``, or M when linear)."""
+    Returns the scale rows the offsets need (``blockscale_offsets[-1]``, or M when linear).
+    ``bound``: the most scale rows the op may allocate (``max_blockscale_rows``), when it allocates."""
     gs = global_scale.detach().cpu()
     if not bool(torch.isfinite(gs).all()) or bool((gs < 0).any()):
         raise ValueError(f"global_scale must be finite and >= 0, got {gs.tolist()[:8]}")
@@ -49,6 +52,11 @@ def _check_values(global_scale, expert_offsets, blockscale_offsets, M: int, swiz
         raise ValueError(
             f"blockscale_offsets inconsistent with expert_offsets: expert {bad} has {int(counts[bad])} rows "
             f"but {int(room[bad])} scale rows"
+        )
+    if bound is not None and int(bo[-1]) > bound:
+        raise ValueError(
+            f"blockscale_offsets end at {int(bo[-1])} scale rows, more than any split of M={M} rows over "
+            f"{bo.numel() - 1} experts needs ({bound}, max_blockscale_rows): pass out= for a layout with gaps"
         )
     if scale_rows is not None and int(bo[-1]) > scale_rows:
         raise ValueError(

@@ -3,7 +3,26 @@ names the offending argument in its message."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import torch
+
+_META = threading.local()
+
+
+@contextlib.contextmanager
+def meta_allowed():
+    """Within the block :func:`check_tensor` accepts ``meta`` tensors: the fake implementations
+    run the checks on a call made on meta tensors (shape inference), where every tensor of the
+    call must then be on ``meta`` (the device-consistency checks still apply)."""
+    before = getattr(_META, "ok", False)
+    _META.ok = True
+    try:
+        yield
+    finally:
+        _META.ok = before
+
 
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 ACT_DTYPES_FP4 = (torch.bfloat16, torch.float16)
@@ -17,7 +36,7 @@ def check_tensor(name: str, t, *, ndim: int | None = None, dtypes=None) -> None:
     if dtypes is not None and t.dtype not in dtypes:
         names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
         raise TypeError(f"{name} must have dtype in ({names}), got {t.dtype}")
-    if t.device.type not in ("cuda", "cpu"):
+    if t.device.type not in ("cuda", "cpu") and not (t.device.type == "meta" and getattr(_META, "ok", False)):
         raise ValueError(f"{name} is on {t.device}; only CUDA and CPU tensors are supported")
 
 
@@ -112,6 +131,11 @@ def check_no_grad(**tensors) -> None:
     if not torch.is_grad_enabled():
         return
     for name, t in tensors.items():
+        if t is not None and t.requires_grad and name.startswith("out"):
+            raise ValueError(
+                f"{name} requires grad: an output written in place cannot be part of autograd's graph "
+                "(as torch's own out= ops refuse it); pass a tensor that does not require grad"
+            )
         if t is not None and t.requires_grad:
             raise ValueError(
                 f"{name} requires grad: inkling ops are inference-only (no backward); "

@@ -145,6 +145,7 @@ def fp8_group_quant(
         contiguous, or strides ``(G * Tp, 1, Tp)``. ``x ~= q * scales`` per group.
     """
     if torch.compiler.is_compiling():
+        _quant_checks(x, group_size, scale_ue8m0, column_major_scales, scale_layout, out, memory=False)
         return _via_ops(
             "fp8_group_quant", (x,), out, group_size, scale_ue8m0, column_major_scales, enable_pdl,
             scale_layout=scale_layout,
@@ -157,6 +158,15 @@ def fp8_group_quant(
             if fast[0] is not None:
                 return fast
             _, plan_key, out = fast  # no plan yet: the general path launches and records it
+    lead, N, G, out = _quant_checks(x, group_size, scale_ue8m0, column_major_scales, scale_layout, out)
+    pdl = _pdl_default(x.device, enable_pdl)
+    return _launch(x, ACT_NONE, lead, N, G, group_size, None, None, scale_ue8m0, layout, out, pdl, plan_key)
+
+
+def _quant_checks(x, group_size, scale_ue8m0, column_major_scales, scale_layout, out, memory=True):
+    """The checks of :func:`fp8_group_quant`: ``(lead, N, G, out)``. ``memory=False`` (fake tensors:
+    the fake implementation, ``torch.compile``) leaves out the overlap checks, which read addresses."""
+    layout = _resolve_layout(scale_layout, column_major_scales)
     _check_tensor_nd("x", x, FLOAT_DTYPES)
     _check_rows("x", x)
     _check_flag("scale_ue8m0", scale_ue8m0)
@@ -165,9 +175,8 @@ def fp8_group_quant(
     _check_inputs_no_grad(x=x)
     lead = tuple(x.shape[:-1])
     if out is not None:
-        out = _check_out(out, lead, N, G, layout, x.device, {"x": x})
-    pdl = _pdl_default(x.device, enable_pdl)
-    return _launch(x, ACT_NONE, lead, N, G, group_size, None, None, scale_ue8m0, layout, out, pdl, plan_key)
+        out = _check_out(out, lead, N, G, layout, x.device, {"x": x}, memory)
+    return lead, N, G, out
 
 
 def silu_and_mul_fp8_group_quant(
@@ -208,6 +217,10 @@ def silu_and_mul_fp8_group_quant(
         ``[E, Tp, N]``); scales as :func:`fp8_group_quant` returns them for that shape and layout.
     """
     if torch.compiler.is_compiling():
+        _fused_checks(
+            gateup, topk_weights, interleaved, group_size, scale_ue8m0, column_major_scales, masked_m, scale_layout,
+            out, memory=False,
+        )  # fmt: skip
         return _via_ops(
             "silu_and_mul_fp8_group_quant",
             (gateup, topk_weights, interleaved),
@@ -230,6 +243,23 @@ def silu_and_mul_fp8_group_quant(
             if fast[0] is not None:
                 return fast
             _, plan_key, out = fast  # no plan yet: the general path launches and records it
+    lead, N, G, masked_m, out = _fused_checks(
+        gateup, topk_weights, interleaved, group_size, scale_ue8m0, column_major_scales, masked_m, scale_layout, out
+    )
+    pdl = _pdl_default(gateup.device, enable_pdl)
+    act = ACT_INTERLEAVED if interleaved else ACT_NON_INTERLEAVED
+    return _launch(
+        gateup, act, lead, N, G, group_size, topk_weights, masked_m, scale_ue8m0, layout, out, pdl, plan_key,
+    )  # fmt: skip
+
+
+def _fused_checks(
+    gateup, topk_weights, interleaved, group_size, scale_ue8m0, column_major_scales, masked_m, scale_layout, out,
+    memory=True,
+):  # fmt: skip
+    """The checks of :func:`silu_and_mul_fp8_group_quant`: ``(lead, N, G, masked_m, out)``;
+    ``memory`` as in :func:`_quant_checks`."""
+    layout = _resolve_layout(scale_layout, column_major_scales)
     _check_tensor_nd("gateup", gateup, FLOAT_DTYPES)
     _check_rows("gateup", gateup)
     _check_flag("interleaved", interleaved)
@@ -257,12 +287,8 @@ def silu_and_mul_fp8_group_quant(
     _check_inputs_no_grad(gateup=gateup, topk_weights=topk_weights)
     if out is not None:
         inputs = {"gateup": gateup, "topk_weights": topk_weights, "masked_m": masked_m}
-        out = _check_out(out, lead, N, G, layout, gateup.device, inputs)
-    pdl = _pdl_default(gateup.device, enable_pdl)
-    act = ACT_INTERLEAVED if interleaved else ACT_NON_INTERLEAVED
-    return _launch(
-        gateup, act, lead, N, G, group_size, topk_weights, masked_m, scale_ue8m0, layout, out, pdl, plan_key,
-    )  # fmt: skip
+        out = _check_out(out, lead, N, G, layout, gateup.device, inputs, memory)
+    return lead, N, G, masked_m, out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,6 +338,7 @@ def _fake_outputs(lead, N, group_size, column_major_scales, scale_layout, device
 
 
 def _quant_fake(x, group_size=128, scale_ue8m0=False, column_major_scales=False, enable_pdl=None, scale_layout=None):
+    _quant_checks(x, group_size, scale_ue8m0, column_major_scales, scale_layout, None, memory=False)
     return _fake_outputs(tuple(x.shape[:-1]), x.shape[-1], group_size, column_major_scales, scale_layout, x.device)
 
 
@@ -377,8 +404,28 @@ def _fused_fake(
     enable_pdl=None,
     scale_layout=None,
 ):
+    _fused_checks(
+        gateup, topk_weights, interleaved, group_size, scale_ue8m0, column_major_scales, masked_m, scale_layout, None,
+        memory=False,
+    )  # fmt: skip
     lead = tuple(gateup.shape[:-1])
     return _fake_outputs(lead, gateup.shape[-1] // 2, group_size, column_major_scales, scale_layout, gateup.device)
+
+
+def _quant_out_fake(
+    x, q, scales, group_size=128, scale_ue8m0=False, column_major_scales=False, enable_pdl=None, scale_layout=None
+):
+    _quant_checks(x, group_size, scale_ue8m0, column_major_scales, scale_layout, (q, scales), memory=False)
+
+
+def _fused_out_fake(
+    gateup, topk_weights, interleaved, q, scales, group_size=128, scale_ue8m0=False, column_major_scales=False,
+    masked_m=None, enable_pdl=None, scale_layout=None,
+):  # fmt: skip
+    _fused_checks(
+        gateup, topk_weights, interleaved, group_size, scale_ue8m0, column_major_scales, masked_m, scale_layout,
+        (q, scales), memory=False,
+    )  # fmt: skip
 
 
 def _register() -> None:
@@ -392,7 +439,7 @@ def _register() -> None:
         "fp8_group_quant_out",
         f"(Tensor x, Tensor(a!) q, Tensor(b!) scales, {opts}, {tail}) -> ()",
         _quant_out_impl,
-        lambda *args, **kwargs: None,
+        _quant_out_fake,
     )
     fused_in = "Tensor gateup, Tensor? topk_weights, bool interleaved"
     fused_tail = f"{opts}, Tensor? masked_m=None, {tail}"
@@ -406,7 +453,7 @@ def _register() -> None:
         "silu_and_mul_fp8_group_quant_out",
         f"({fused_in}, Tensor(a!) q, Tensor(b!) scales, {fused_tail}) -> ()",
         _fused_out_impl,
-        lambda *args, **kwargs: None,
+        _fused_out_fake,
     )
 
 

@@ -194,7 +194,10 @@ def nvfp4_quant_kernel(
     has_nan = amax_bits > 0x7F800000
     amax = amax_bits.to(tl.float32, bitcast=True)
     s = gs[:, None] * tl.math.div_rn(amax, tl.full(amax.shape, 6.0, tl.float32))
-    s_nan = has_nan | (s != s)
+    # An invalid global scale (NaN, +inf or negative: unchecked when the host checks do not run)
+    # poisons its expert's blocks like a NaN block, so it cannot pass as plausible scales.
+    gs_bad = (gs != gs) | (gs < 0.0) | (gs == float("inf"))
+    s_nan = has_nan | (s != s) | gs_bad[:, None]
     s = tl.where(s_nan, 0.0, tl.minimum(tl.maximum(s, 0.0), 448.0))
     s8, sf = _e4m3_round(s)
     s8 = tl.where(s_nan, 0x7F, s8)
@@ -225,7 +228,13 @@ def nvfp4_quant_kernel(
         )
     else:
         offs = r_s[:, None] * SCALE_COLS + k[None, :]
-    tl.store(scale_ptr + offs, s8.to(tl.uint8), mask=r_ok[:, None] & (k < SCALE_COLS)[None, :])
+    # A swizzled 128-row block spans the whole block's bytes: the mask is the buffer's real extent
+    # (the launcher refuses scale buffers of partial blocks; this keeps even a direct launch in bounds).
+    extent = total_scale_rows * SCALE_COLS
+    if INT64:
+        extent = total_scale_rows.to(tl.int64) * SCALE_COLS
+    in_buf = offs < extent
+    tl.store(scale_ptr + offs, s8.to(tl.uint8), mask=r_ok[:, None] & (k < SCALE_COLS)[None, :] & in_buf)
     if USE_PDL:
         tl.extra.cuda.gdc_launch_dependents()
 
@@ -250,6 +259,28 @@ def _quant_config(N: int, interpreted: bool, fused: bool = True) -> tuple[int, i
     return block_m, block_k, 4
 
 
+def _check_config(config) -> None:
+    """``config``: ``(BLOCK_M, BLOCK_K, num_warps)``, powers of two, ``BLOCK_K >= 64``."""
+    ok = isinstance(config, tuple) and len(config) == 3
+    ok = ok and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 and v & (v - 1) == 0 for v in config)
+    if not ok or config[1] < 64 or config[2] > 32:
+        raise ValueError(
+            f"config must be a (BLOCK_M, BLOCK_K, num_warps) tuple of powers of two, BLOCK_K >= 64 and "
+            f"num_warps <= 32, got {config!r}"
+        )
+
+
+def _check_swizzled_rows(name: str, rows: int, M: int) -> None:
+    """Swizzled scales are written in whole 128-row blocks (one block's rows interleave over all
+    its bytes), so a buffer of a partial block would be overrun: refuse it, and refuse fewer rows
+    than any token row needs (M > 0 needs at least one block)."""
+    if rows % 128 or (M > 0 and rows < 128):
+        raise ValueError(
+            f"{name} must be a multiple of 128 (whole swizzled 128-row blocks), at least 128 when M > 0; "
+            f"got {rows} (max_blockscale_rows(M, E) gives a bound for any expert split)"
+        )
+
+
 def max_blockscale_rows(M: int, E: int = 1) -> int:
     """A static upper bound on the swizzled scale rows of ``M`` token rows split over ``E``
     experts, valid for any split: ``floor((M + 127 * E) / 128) * 128``.
@@ -261,6 +292,9 @@ def max_blockscale_rows(M: int, E: int = 1) -> int:
     registered ops (and of a functional call in capture or with ``validate=False``) have this many
     rows, and a CUDA graph captured for ``M`` rows can be replayed with any expert split. Rows
     past ``blockscale_offsets[-1]`` are zero padding."""
+    for name, v in (("M", M), ("E", E)):
+        if isinstance(v, bool) or not isinstance(v, (int, torch.SymInt)):
+            raise TypeError(f"{name} must be an int, got {type(v).__name__}")
     if M < 0 or E < 1:
         raise ValueError(f"need M >= 0 and E >= 1, got M={M}, E={E}")
     return (M + 127 * E) // 128 * 128
@@ -268,14 +302,100 @@ def max_blockscale_rows(M: int, E: int = 1) -> int:
 
 def default_blockscale_offsets(expert_offsets: torch.Tensor) -> torch.Tensor:
     """``[0, cumsum(round_up(counts, 128))]`` (int64), computed on ``expert_offsets``' device
-    with no host synchronization (capturable in a CUDA graph)."""
+    with no host synchronization (capturable in a CUDA graph). ``expert_offsets`` must be
+    non-decreasing: CPU tensors are checked (a ValueError); on CUDA a decrease is not read back
+    and counts as an empty expert (the ops' value checks refuse such offsets)."""
+    check_tensor("expert_offsets", expert_offsets, ndim=1, dtypes=(torch.int32, torch.int64))
+    if expert_offsets.numel() < 1:
+        raise ValueError("expert_offsets must have E+1 >= 1 entries, got 0")
     counts = expert_offsets[1:] - expert_offsets[:-1]
+    if expert_offsets.device.type == "cpu" and bool((counts < 0).any()):
+        raise ValueError(f"expert_offsets must be non-decreasing, got {expert_offsets.tolist()[:16]}")
+    counts = counts.clamp_min(0)
     out = torch.zeros(expert_offsets.shape[0], dtype=torch.int64, device=expert_offsets.device)
     torch.cumsum((counts + 127) // 128 * 128, 0, out=out[1:])
     return out
 
 
+def _check_static(
+    src_name, src, N, global_scale, expert_offsets, blockscale_offsets, topk_weights, swizzle, out, validate,
+    scale_rows, memory: bool = True,
+):  # fmt: skip
+    """Every check of :func:`_launch_quant` that reads no tensor's values (the fake implementations
+    and ``torch.compile`` run them on fake tensors; ``memory=False`` leaves out the overlap checks,
+    which read addresses). Returns ``(expert_offsets, E, global_scale [E], blockscale_offsets or
+    None, scale columns, packed, scales, scale rows)``: the outputs and their rows only with ``out``,
+    the rows ``scale_rows`` otherwise."""
+    device = src.device
+    M = src.shape[0]
+    if not isinstance(swizzle, bool):
+        raise TypeError(f"swizzle must be a bool, got {type(swizzle).__name__}")
+    if expert_offsets is None:
+        # [0, M] built on the device (a kernel, not a host-to-device copy: capturable)
+        expert_offsets = torch.arange(2, dtype=torch.int64, device=device) * M
+    expert_offsets = check_offsets("expert_offsets", expert_offsets, device)
+    E = expert_offsets.numel() - 1
+    gs = _check_global_scale(global_scale, E, device)
+    if swizzle and blockscale_offsets is not None:
+        blockscale_offsets = check_offsets("blockscale_offsets", blockscale_offsets, device)
+        if blockscale_offsets.numel() != E + 1:
+            raise ValueError(
+                f"blockscale_offsets must have E+1={E + 1} entries like expert_offsets, "
+                f"got {blockscale_offsets.numel()}"
+            )
+    elif blockscale_offsets is not None:
+        raise ValueError("blockscale_offsets applies to swizzled scales only (swizzle=False was given)")
+    if validate is not None and not isinstance(validate, bool):
+        raise TypeError(f"validate must be a bool or None, got {type(validate).__name__}")
+    scale_cols = (N // NVFP4_BLOCK + 3) // 4 * 4 if swizzle else N // NVFP4_BLOCK
+    packed = scales = None
+    if out is not None:
+        if scale_rows is not None:
+            raise ValueError("scale_rows applies to calls without out (the scales in out have their own rows)")
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
+            raise TypeError("out must be a (packed, scales) pair of uint8 tensors")
+        packed, scales = out
+        check_tensor("out[0]", packed)
+        check_tensor("out[1]", scales)
+        total_rows = scales.shape[0] if scales.dim() == 2 else -1
+        if packed.shape != (M, N // 2) or packed.dtype != torch.uint8 or packed.device != device:
+            raise ValueError(f"out[0] must be a uint8 tensor of shape ({M}, {N // 2}) on {device}")
+        if scales.dim() != 2 or scales.shape[1] != scale_cols or scales.dtype != torch.uint8 or scales.device != device:
+            raise ValueError(f"out[1] must be a uint8 tensor of shape (rows, {scale_cols}) on {device}")
+        if not swizzle and total_rows != M:
+            raise ValueError(f"out[1] must have M={M} rows for linear scales, got {total_rows}")
+        if swizzle:
+            _check_swizzled_rows("out[1]'s rows", total_rows, M)
+        if not (packed.is_contiguous() and scales.is_contiguous()):
+            raise ValueError("out tensors must be contiguous")
+        if memory:
+            check_no_overlaps(
+                (("out[0]", packed), ("out[1]", scales)),
+                ((src_name, src), ("topk_weights", topk_weights), ("global_scale", gs),
+                 ("expert_offsets", expert_offsets), ("blockscale_offsets", blockscale_offsets)),
+            )  # fmt: skip
+    else:
+        if scale_rows is not None:
+            if isinstance(scale_rows, bool) or not isinstance(scale_rows, (int, torch.SymInt)):
+                raise TypeError(f"scale_rows must be an int or None, got {type(scale_rows).__name__}")
+            if not swizzle and scale_rows != M:
+                raise ValueError(f"scale_rows must be M={M} for linear scales, got {scale_rows}")
+            if swizzle:
+                _check_swizzled_rows("scale_rows", scale_rows, M)
+                bound = max_blockscale_rows(M, E)
+                if scale_rows > bound:
+                    raise ValueError(
+                        f"scale_rows={scale_rows} is more than any split of M={M} rows over E={E} experts needs "
+                        f"(max_blockscale_rows = {bound}); pass out= for a larger layout"
+                    )
+        total_rows = scale_rows
+    outs = {"out[0]": out[0], "out[1]": out[1]} if out is not None else {}
+    check_no_grad(**{src_name: src}, topk_weights=topk_weights, global_scale=global_scale, **outs)
+    return expert_offsets, E, gs, blockscale_offsets, scale_cols, packed, scales, total_rows
+
+
 def _launch_quant(
+    src_name: str,
     src: torch.Tensor,
     act: int,
     N: int,
@@ -292,66 +412,24 @@ def _launch_quant(
 ):
     device = src.device
     M = src.shape[0]
-    if expert_offsets is None:
-        # [0, M] built on the device (a kernel, not a host-to-device copy: capturable)
-        expert_offsets = torch.arange(2, dtype=torch.int64, device=device) * M
-    expert_offsets = check_offsets("expert_offsets", expert_offsets, device)
-    E = expert_offsets.numel() - 1
-    gs = _check_global_scale(global_scale, E, device)
-    if swizzle:
-        if blockscale_offsets is None:
-            blockscale_offsets = default_blockscale_offsets(expert_offsets)
-        blockscale_offsets = check_offsets("blockscale_offsets", blockscale_offsets, device)
-        if blockscale_offsets.numel() != E + 1:
-            raise ValueError(
-                f"blockscale_offsets must have E+1={E + 1} entries like expert_offsets, "
-                f"got {blockscale_offsets.numel()}"
-            )
-    elif blockscale_offsets is not None:
-        raise ValueError("blockscale_offsets applies to swizzled scales only (swizzle=False was given)")
-    if validate is not None and not isinstance(validate, bool):
-        raise TypeError(f"validate must be a bool or None, got {type(validate).__name__}")
+    expert_offsets, E, gs, blockscale_offsets, scale_cols, packed, scales, total_rows = _check_static(
+        src_name, src, N, global_scale, expert_offsets, blockscale_offsets, topk_weights, swizzle, out, validate,
+        scale_rows,
+    )  # fmt: skip
+    if swizzle and blockscale_offsets is None:
+        blockscale_offsets = default_blockscale_offsets(expert_offsets)
     scale_offsets = blockscale_offsets if swizzle else expert_offsets
-    scale_cols = (N // NVFP4_BLOCK + 3) // 4 * 4 if swizzle else N // NVFP4_BLOCK
-    if out is not None:
-        if scale_rows is not None:
-            raise ValueError("scale_rows applies to calls without out (the scales in out have their own rows)")
-        if not (isinstance(out, (tuple, list)) and len(out) == 2):
-            raise TypeError("out must be a (packed, scales) pair of uint8 tensors")
-        packed, scales = out
-        check_tensor("out[0]", packed)
-        check_tensor("out[1]", scales)
-        total_rows = scales.shape[0] if scales.dim() == 2 else -1
-        if packed.shape != (M, N // 2) or packed.dtype != torch.uint8 or packed.device != device:
-            raise ValueError(f"out[0] must be a uint8 tensor of shape ({M}, {N // 2}) on {device}")
-        if scales.dim() != 2 or scales.shape[1] != scale_cols or scales.dtype != torch.uint8 or scales.device != device:
-            raise ValueError(f"out[1] must be a uint8 tensor of shape (rows, {scale_cols}) on {device}")
-        if not swizzle and total_rows != M:
-            raise ValueError(f"out[1] must have M={M} rows for linear scales, got {total_rows}")
-        if not (packed.is_contiguous() and scales.is_contiguous()):
-            raise ValueError("out tensors must be contiguous")
-        check_no_overlaps(
-            (("out[0]", packed), ("out[1]", scales)),
-            (("the input", src), ("topk_weights", topk_weights), ("global_scale", gs),
-             ("expert_offsets", expert_offsets), ("blockscale_offsets", blockscale_offsets)),
-        )  # fmt: skip
-    else:
-        if scale_rows is not None:
-            if not swizzle and scale_rows != M:
-                raise ValueError(f"scale_rows must be M={M} for linear scales, got {scale_rows}")
-            if not isinstance(scale_rows, int) or scale_rows < 0:
-                raise ValueError(f"scale_rows must be a non-negative int, got {scale_rows!r}")
-        total_rows = scale_rows
-    check_no_grad(input=src, topk_weights=topk_weights, global_scale=global_scale)
     # Value checks read device tensors on the host: by default only when no output was given and
-    # the stream is not capturing; validate=True asks for them with out too (not in capture).
+    # the stream is not capturing (on the CPU, where a read costs no synchronization, with out
+    # too); validate=True asks for them with out on CUDA too (not in capture).
     interpreted = _backend.uses_interpreter(device)
     capturing = not interpreted and torch.cuda.is_current_stream_capturing()
     if validate is True and capturing:
         raise ValueError("validate=True reads offsets on the host, which CUDA graph capture forbids: use None")
     checked_rows = None
-    if validate is True or (validate is None and out is None and not capturing):
-        checked_rows = _check_values(gs, expert_offsets, blockscale_offsets, M, swizzle, total_rows)
+    if validate is True or (validate is None and (out is None or interpreted) and not capturing):
+        bound = max_blockscale_rows(M, E) if out is None else None
+        checked_rows = _check_values(gs, expert_offsets, blockscale_offsets, M, swizzle, total_rows, bound)
     if out is None:
         if total_rows is None:
             # exact rows when the checks read the offsets anyway; else the static bound
@@ -365,7 +443,9 @@ def _launch_quant(
         scales = torch.empty((total_rows, scale_cols), dtype=torch.uint8, device=device)
     if total_rows == 0:
         return packed, scales
-    if config is None:
+    if config is not None:
+        _check_config(config)
+    else:
         ckey = (N, interpreted, act != ACT_NONE)
         config = _QUANT_CONFIGS.get(ckey)
         if config is None:
@@ -427,7 +507,8 @@ def nvfp4_quant(
     Args:
         x: ``[M, N]`` bf16 or fp16 (fp32 accepted too), N a multiple of 16; rows may be strided.
         global_scale: fp32 ``[E]`` (``[1]`` or a 0-d tensor without experts), conventionally
-            ``448 * 6 / amax`` of the expert's activations; finite and >= 0.
+            ``448 * 6 / amax`` of the expert's activations; finite and >= 0 (checked with the value
+            checks; where they do not run, an invalid one gives its expert NaN scales and codes +0).
         expert_offsets: int32/int64 ``[E+1]``, rows of expert e are
             ``expert_offsets[e]:expert_offsets[e+1]`` (non-decreasing, 0 to M). Default ``[0, M]``
             (built on the device).
@@ -436,20 +517,24 @@ def nvfp4_quant(
             rounded up to 128, cumulated, computed on the device (:func:`default_blockscale_offsets`).
         swizzle: write scales in the 128x4 layout of the NVFP4 GEMM (default) or linear ``[M, N/16]``.
         out: optional preallocated ``(packed, scales)``: ``packed`` uint8 ``[M, N/2]``, ``scales``
-            uint8 ``[R, ceil(N/64)*4]`` with ``R >= blockscale_offsets[-1]`` (swizzled; e.g.
-            :func:`max_blockscale_rows`) or ``[M, N/16]`` (linear); contiguous, not overlapping
-            the input. Scale rows past the experts' rows are written as zero.
+            uint8 ``[R, ceil(N/64)*4]`` with ``R >= blockscale_offsets[-1]`` and ``R`` a multiple of
+            128, whole swizzled blocks (e.g. :func:`max_blockscale_rows`), or ``[M, N/16]``
+            (linear); contiguous, not overlapping the input. Scale rows past the experts' rows are
+            written as zero.
         validate: value checks of the device-resident arguments (offsets consistent and in range,
-            ``global_scale`` finite and >= 0, the scales output big enough). They read those
-            tensors on the host, a synchronization, so ``None`` (default) runs them only when
-            ``out`` is not given and the current stream is not capturing a CUDA graph; ``True``
-            runs them also with ``out`` (refused during capture); ``False`` never. Unchecked
-            offsets cannot make the kernel access memory out of bounds (rows outside ``[0, M)``
-            and scale rows past the output are skipped), but wrong offsets give wrong results.
+            ``global_scale`` finite and >= 0, the scales output big enough, and without ``out`` no
+            more scale rows than :func:`max_blockscale_rows` ``(M, E)``). They read those tensors on
+            the host, a synchronization on CUDA, so ``None`` (default) runs them when ``out`` is not
+            given or the tensors are on the CPU, and the current stream is not capturing a CUDA
+            graph; ``True`` runs them also with ``out`` on CUDA (refused during capture); ``False``
+            never. Unchecked offsets cannot make the kernel access memory out of bounds (rows
+            outside ``[0, M)`` and scale bytes past the output are skipped), but wrong offsets give
+            wrong results.
             Shapes, dtypes and devices are always checked (no synchronization).
         config: optional ``(BLOCK_M, BLOCK_K, num_warps)`` overriding the launch heuristic
             (benchmarks; tiles never change the result).
-        scale_rows: rows of the swizzled scales output when ``out`` is not given. Default: when
+        scale_rows: rows of the swizzled scales output when ``out`` is not given: a multiple of 128,
+            at least 128 when M > 0, at most :func:`max_blockscale_rows` ``(M, E)``. Default: when
             the value checks run (``validate`` not False, not capturing), exactly
             ``blockscale_offsets[-1]`` (read on the host with the checks); otherwise (CUDA graph
             capture, ``validate=False``) :func:`max_blockscale_rows` ``(M, E)``, a bound that
@@ -474,6 +559,10 @@ def nvfp4_quant(
     if torch.compiler.is_compiling():
         if config is not None:
             raise ValueError("config (a benchmark override) is not supported under torch.compile")
+        _check_static(
+            "x", x, _check_x(x), global_scale, expert_offsets, blockscale_offsets, None, swizzle, out, validate,
+            scale_rows, memory=False,
+        )  # fmt: skip
         if out is None:
             return torch.ops.inkling.nvfp4_quant(
                 x, global_scale, expert_offsets, blockscale_offsets, swizzle, scale_rows, validate, enable_pdl
@@ -488,16 +577,21 @@ def nvfp4_quant(
     )
 
 
-def _nvfp4_quant_eager(
-    x, global_scale, expert_offsets, blockscale_offsets, swizzle, out, validate, config, scale_rows, enable_pdl
-):
+def _check_x(x) -> int:
     check_tensor("x", x, ndim=2, dtypes=FLOAT_DTYPES)
     check_row_major("x", x)
     N = x.shape[1]
     if N == 0 or N % NVFP4_BLOCK:
         raise ValueError(f"x's last dimension must be a positive multiple of {NVFP4_BLOCK}, got {N}")
+    return N
+
+
+def _nvfp4_quant_eager(
+    x, global_scale, expert_offsets, blockscale_offsets, swizzle, out, validate, config, scale_rows, enable_pdl
+):
+    N = _check_x(x)
     return _launch_quant(
-        x, ACT_NONE, N, global_scale, expert_offsets, blockscale_offsets, None, swizzle, out, validate, config,
+        "x", x, ACT_NONE, N, global_scale, expert_offsets, blockscale_offsets, None, swizzle, out, validate, config,
         scale_rows, enable_pdl,
     )  # fmt: skip
 
@@ -535,6 +629,10 @@ def silu_and_mul_nvfp4_quant(
     if torch.compiler.is_compiling():
         if config is not None:
             raise ValueError("config (a benchmark override) is not supported under torch.compile")
+        _check_static(
+            "gateup", gateup, _check_fused_args(gateup, interleaved, topk_weights), global_scale, expert_offsets,
+            blockscale_offsets, topk_weights, swizzle, out, validate, scale_rows, memory=False,
+        )  # fmt: skip
         if out is None:
             return torch.ops.inkling.silu_and_mul_nvfp4_quant(
                 gateup, global_scale, expert_offsets, blockscale_offsets, interleaved, topk_weights, swizzle,
@@ -558,6 +656,6 @@ def _fused_eager(
     N = _check_fused_args(gateup, interleaved, topk_weights)
     act = ACT_INTERLEAVED if interleaved else ACT_NON_INTERLEAVED
     return _launch_quant(
-        gateup, act, N, global_scale, expert_offsets, blockscale_offsets, topk_weights, swizzle, out, validate,
-        config, scale_rows, enable_pdl,
+        "gateup", gateup, act, N, global_scale, expert_offsets, blockscale_offsets, topk_weights, swizzle, out,
+        validate, config, scale_rows, enable_pdl,
     )  # fmt: skip

@@ -2,7 +2,9 @@
 
 Registered with :func:`._library.register_op` (``Library.define`` + ``impl`` + ``register_fake``,
 chosen for its host time per call). Each op calls the same checks and launch as the public
-Python function; the fake implementations compute shapes only:
+Python function; the fake implementations run the same checks (those that read no values and no
+addresses), so a bad argument or a side tensor on another device (``meta`` included) raises the
+same ``ValueError``/``TypeError`` on fake tensors, then compute shapes:
 
 * ``silu_and_mul(Tensor gateup, Tensor? topk_weights=None, ScalarType? out_dtype=None,
   bool interleaved=True, bool? enable_pdl=None) -> Tensor``  ``[M, N]``
@@ -36,6 +38,7 @@ import torch
 from . import nvfp4 as _nvfp4
 from . import silu_and_mul as _silu
 from ._library import register_op
+from ._nvfp4_checks import _check_fused_args
 from .reference import NVFP4_BLOCK
 
 
@@ -44,6 +47,7 @@ def _silu_impl(gateup, topk_weights=None, out_dtype=None, interleaved=True, enab
 
 
 def _silu_fake(gateup, topk_weights=None, out_dtype=None, interleaved=True, enable_pdl=None):
+    _silu._check_args(gateup, topk_weights, out_dtype, None, interleaved, memory=False)
     return gateup.new_empty((gateup.shape[0], gateup.shape[1] // 2), dtype=out_dtype or gateup.dtype)
 
 
@@ -52,7 +56,7 @@ def _silu_out_impl(gateup, topk_weights, interleaved, enable_pdl, *, out):
 
 
 def _silu_out_fake(gateup, topk_weights, interleaved, enable_pdl, *, out):
-    return None
+    _silu._check_args(gateup, topk_weights, None, out, interleaved, memory=False)
 
 
 def _scale_shape(M, N, E, swizzle, scale_rows):
@@ -87,6 +91,10 @@ def _quant_impl(x, global_scale, expert_offsets=None, blockscale_offsets=None, s
 
 def _quant_fake(x, global_scale, expert_offsets=None, blockscale_offsets=None, swizzle=True, scale_rows=None,
                 validate=None, enable_pdl=None):  # fmt: skip
+    _nvfp4._check_static(
+        "x", x, _nvfp4._check_x(x), global_scale, expert_offsets, blockscale_offsets, None, swizzle, None, validate,
+        scale_rows, memory=False,
+    )  # fmt: skip
     return _nvfp4_fake_outputs(x, x.shape[1], expert_offsets, swizzle, scale_rows)
 
 
@@ -100,7 +108,10 @@ def _quant_out_impl(x, global_scale, expert_offsets, blockscale_offsets, swizzle
 
 def _quant_out_fake(x, global_scale, expert_offsets, blockscale_offsets, swizzle, validate, enable_pdl, *, packed,
                     scales):  # fmt: skip
-    return None
+    _nvfp4._check_static(
+        "x", x, _nvfp4._check_x(x), global_scale, expert_offsets, blockscale_offsets, None, swizzle,
+        (packed, scales), validate, None, memory=False,
+    )  # fmt: skip
 
 
 def _fused_impl(gateup, global_scale, expert_offsets=None, blockscale_offsets=None, interleaved=False,
@@ -114,6 +125,10 @@ def _fused_impl(gateup, global_scale, expert_offsets=None, blockscale_offsets=No
 
 def _fused_fake(gateup, global_scale, expert_offsets=None, blockscale_offsets=None, interleaved=False,
                 topk_weights=None, swizzle=True, scale_rows=None, validate=None, enable_pdl=None):  # fmt: skip
+    _nvfp4._check_static(
+        "gateup", gateup, _check_fused_args(gateup, interleaved, topk_weights), global_scale, expert_offsets,
+        blockscale_offsets, topk_weights, swizzle, None, validate, scale_rows, memory=False,
+    )  # fmt: skip
     return _nvfp4_fake_outputs(gateup, gateup.shape[1] // 2, expert_offsets, swizzle, scale_rows)
 
 
@@ -127,7 +142,10 @@ def _fused_out_impl(gateup, global_scale, expert_offsets, blockscale_offsets, in
 
 def _fused_out_fake(gateup, global_scale, expert_offsets, blockscale_offsets, interleaved, topk_weights, swizzle,
                     validate, enable_pdl, *, packed, scales):  # fmt: skip
-    return None
+    _nvfp4._check_static(
+        "gateup", gateup, _check_fused_args(gateup, interleaved, topk_weights), global_scale, expert_offsets,
+        blockscale_offsets, topk_weights, swizzle, (packed, scales), validate, None, memory=False,
+    )  # fmt: skip
 
 
 silu_and_mul = register_op(

@@ -32,7 +32,7 @@ def split_gateup(gateup: torch.Tensor, interleaved: bool = True) -> tuple[torch.
 def join_gateup(gate: torch.Tensor, up: torch.Tensor, interleaved: bool = True) -> torch.Tensor:
     """Inverse of :func:`split_gateup`: lay ``gate[M, N]`` and ``up[M, N]`` out as ``[M, 2N]``."""
     if interleaved:
-        return torch.stack((gate, up), dim=-1).reshape(gate.shape[0], -1).contiguous()
+        return torch.stack((gate, up), dim=-1).reshape(gate.shape[0], 2 * gate.shape[1]).contiguous()
     return torch.cat((gate, up), dim=1).contiguous()
 
 
@@ -128,7 +128,9 @@ that dtype first), read as fp32; gs, the fp32 global scale of the row's expert (
 
   1. amax = max_i |x_i|                  (fp32; NaN if any x_i is NaN)
   2. s    = gs * (amax / 6)              (fp32, each op rounded to nearest even; "/" is an
-                                          IEEE division: div_rn in the kernels, not div.full)
+                                          IEEE division: div_rn in the kernels, not div.full);
+                                          s = NaN when gs is invalid (NaN, +inf or < 0: the
+                                          host checks refuse it when they run, see nvfp4_quant)
   3. s    = min(max(s, 0), 448)          (NaN stays NaN)
   4. s8   = e4m3(s)                      (round to nearest, ties to even; NaN -> 0x7F);
                                           the scale byte stored
@@ -139,7 +141,8 @@ that dtype first), read as fp32; gs, the fp32 global scale of the row's expert (
   8. byte j of the row = q_{2j} | q_{2j+1} << 4
 
 Dequantization: x'_i = value(q_i) * (float(s8) / gs), in fp32.
-A block containing NaN therefore stores scale NaN and dequantizes to NaN throughout; +-Inf
+A block containing NaN (or of an expert with an invalid gs) therefore stores scale NaN and
+dequantizes to NaN throughout; +-Inf
 saturates to +-6 at the largest scale (448); an all-zero block stores scale 0 and codes +0.
 """
 
@@ -211,6 +214,7 @@ def nvfp4_quant_ref(x: torch.Tensor, global_scale) -> tuple[torch.Tensor, torch.
     xb = x.float().reshape(M, N // NVFP4_BLOCK, NVFP4_BLOCK)
     amax = xb.abs().amax(dim=-1)  # NaN-propagating
     s = gs * (amax / 6.0)
+    s = torch.where(torch.isnan(gs) | (gs < 0) | torch.isposinf(gs), float("nan"), s)  # an invalid gs poisons
     s8 = e4m3_encode_ref(s)
     sf = e4m3_decode_ref(s8)
     mult = torch.where(sf == 0, torch.zeros_like(sf), gs / sf)

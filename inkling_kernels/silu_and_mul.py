@@ -204,6 +204,18 @@ class LaunchConfig:
     num_warps: int
     stream_policy: str = ""  # cache hint on the gateup loads ("evict_first", ...); "" for none
 
+    def __post_init__(self):
+        for name in ("BLOCK_M", "BLOCK_N", "num_warps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"LaunchConfig.{name} must be an int, got {type(v).__name__}")
+            if v <= 0 or v & (v - 1) or (name == "num_warps" and v > 32):
+                raise ValueError(f"LaunchConfig.{name} must be a positive power of two (num_warps <= 32), got {v}")
+        if self.stream_policy not in ("", "evict_first", "evict_last"):
+            raise ValueError(
+                f"LaunchConfig.stream_policy must be '', 'evict_first' or 'evict_last', got {self.stream_policy!r}"
+            )
+
     def grid(self, M: int, N: int) -> tuple[int]:
         return (triton.cdiv(M, self.BLOCK_M) * triton.cdiv(N, self.BLOCK_N),)
 
@@ -233,6 +245,11 @@ def launch_config(M: int, N: int) -> LaunchConfig:
     The result depends on M only through its bucket (<= 64 split at 24576 outputs, <= 1024,
     larger) and is cached per (bucket, N).
     """
+    for name, v in (("M", M), ("N", N)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    if M < 0 or N < 1:
+        raise ValueError(f"need M >= 0 and N >= 1, got M={M}, N={N}")
     bucket = 0 if M <= 64 else (1 if M <= 1024 else 2)
     if bucket == 0 and N >= 1024 and M * N >= DECODE_WIDE_OUTPUTS:
         bucket = 3
@@ -264,7 +281,9 @@ def _launch_config(bucket: int, N: int) -> LaunchConfig:
     return LaunchConfig(block_m, block_n, warps, "")
 
 
-def _check_args(gateup, topk_weights, out_dtype, out, interleaved):
+def _check_args(gateup, topk_weights, out_dtype, out, interleaved, memory: bool = True):
+    """Every argument check; ``memory=False`` leaves out the overlap checks, which read addresses
+    (the fake implementations and ``torch.compile`` run the rest on fake tensors)."""
     check_tensor("gateup", gateup, ndim=2, dtypes=FLOAT_DTYPES)
     if gateup.shape[1] % 2:
         raise ValueError(f"gateup's last dimension must be even (gate and up halves), got {gateup.shape[1]}")
@@ -288,10 +307,11 @@ def _check_args(gateup, topk_weights, out_dtype, out, interleaved):
         if out_dtype is not None and out.dtype != out_dtype:
             raise TypeError(f"out has dtype {out.dtype} but out_dtype={out_dtype}")
         check_row_major("out", out)
-        check_no_overlap("out", out, "gateup", gateup)
-        if topk_weights is not None:
-            check_no_overlap("out", out, "topk_weights", topk_weights)
-    check_no_grad(gateup=gateup, topk_weights=topk_weights)
+        if memory:
+            check_no_overlap("out", out, "gateup", gateup)
+            if topk_weights is not None:
+                check_no_overlap("out", out, "topk_weights", topk_weights)
+    check_no_grad(gateup=gateup, topk_weights=topk_weights, out=out)
     return M, N
 
 
@@ -349,10 +369,14 @@ def _as_registered_op(gateup, topk_weights, out_dtype, interleaved, out, config,
     """The call as torch.compile sees it: one node of a registered op (see :mod:`.ops`)."""
     if config is not None:
         raise ValueError("config (a benchmark override) is not supported under torch.compile")
+    _check_args(gateup, topk_weights, out_dtype, out, interleaved, memory=False)
     if out is None:
         return torch.ops.inkling.silu_and_mul(gateup, topk_weights, out_dtype, interleaved, enable_pdl)
-    if out_dtype is not None and out.dtype != out_dtype:
-        raise TypeError(f"out has dtype {out.dtype} but out_dtype={out_dtype}")
+    if not out.is_contiguous():
+        # Dynamo refuses a non-contiguous tensor passed as an op's `out=`: write the functional
+        # op's result into the strided rows instead (one more copy, compiled calls only)
+        out.copy_(torch.ops.inkling.silu_and_mul(gateup, topk_weights, out.dtype, interleaved, enable_pdl))
+        return out
     torch.ops.inkling.silu_and_mul_out(gateup, topk_weights, interleaved, enable_pdl, out=out)
     return out
 
@@ -363,6 +387,8 @@ def _silu_and_mul_eager(gateup, topk_weights, out_dtype, interleaved, out, confi
         if res is not None:
             return res
     M, N = _check_args(gateup, topk_weights, out_dtype, out, interleaved)
+    if config is not None and not isinstance(config, LaunchConfig):
+        raise TypeError(f"config must be a LaunchConfig or None, got {type(config).__name__}")
     if topk_weights is not None:
         topk_weights = topk_weights.contiguous()  # the kernel reads the weights at unit stride
     if out is None:
@@ -420,6 +446,8 @@ def _fast_cuda(gateup, w, out_dtype, out, interleaved, enable_pdl):
             return None
         o_dtype = out.dtype
         if o_dtype not in _ELEMENT_SIZE or (out_dtype is not None and out_dtype != o_dtype) or out.shape != (M, N):
+            return None
+        if grad and out.requires_grad:
             return None
         s_out, s_out1 = out.stride()
         if (s_out1 != 1 and N > 1) or (M > 1 and s_out < N):

@@ -76,6 +76,13 @@ GPU_SHAPE = {"E": 8, "k": 2, "H": 4096, "N": 1536}
 GPU_MS = (16, 256, 4096, 16384)
 
 
+def demo_shape(device) -> dict:
+    """The small layer of notebook 08's walk-through: :data:`CPU_SHAPE`, with N (GEMM2's K) 512 on
+    CUDA, where blockwise ``torch._scaled_mm`` needs K / 128 to be a multiple of 4 (torch 2.11
+    refuses or misreads other widths: :func:`_fp8_mm_into`)."""
+    return dict(CPU_SHAPE, N=512) if torch.device(device).type == "cuda" else dict(CPU_SHAPE)
+
+
 def _round_up(n: int, m: int) -> int:
     return (n + m - 1) // m * m
 

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 import triton
-from conftest import DEVICE, HAS_CUDA, gpu_only, randn
+from conftest import DEVICE, HAS_CUDA, gpu_only, guarded, randn
 
 import inkling_kernels as ik
 from inkling_kernels import LaunchConfig, fp8_group_quant, silu_and_mul, silu_and_mul_fp8_group_quant
@@ -44,13 +44,14 @@ def _torch_e4m3(t):
 
 
 def _poisoned_out(lead, N, G, column_major, device):
-    """(q, scales) full of poison, scales in the layout the op writes, padding included."""
-    q = torch.full((*lead, N), POISON_Q, dtype=torch.uint8, device=device).view(F8)
+    """(q, scales) full of poison, scales in the layout the op writes, padding included, each inside
+    a guarded buffer (conftest.guarded: bytes past them checked after the test)."""
+    q = guarded((*lead, N), torch.uint8, device, fill=POISON_Q, name="q").view(F8)
     if not column_major:
-        s = torch.full((*lead, G), float("nan"), device=device)
+        s = guarded((*lead, G), torch.float32, device, name="scales")
     else:
         rp = (lead[-1] + 3) // 4 * 4
-        buf = torch.full((*lead[:-1], G, rp), float("nan"), device=device)
+        buf = guarded((*lead[:-1], G, rp), torch.float32, device, name="scales")
         s = buf.transpose(-1, -2)[..., : lead[-1], :]
     return q, s
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import DEVICE, gpu_only, poisoned, randn
+from conftest import DEVICE, gpu_only, guarded, poisoned, randn
 
 from inkling_kernels import _fp8_launch as fp8_launch
 from inkling_kernels import fp8_group_quant, silu_and_mul, silu_and_mul_fp8_group_quant
@@ -56,8 +56,14 @@ def _poisoned_out(lead: tuple, N: int, G: int, layout: str, device) -> tuple[tor
     """Outputs in exactly the op's layout, every byte (padding storage included) 0xFF / NaN."""
     q_lead = (*lead[:-1], _rp(lead[-1], layout)) if layout == "cublas" else lead
     q = poisoned((*q_lead, N), torch.uint8, device).view(torch.float8_e4m3fn)
-    s = empty_scales(lead, G, layout, device)
-    torch.as_strided(s.view(torch.int32), (s.untyped_storage().nbytes() // 4,), (1,)).fill_(-1)
+    like = empty_scales(lead, G, layout, "meta")
+    if layout == "row":
+        s = guarded(tuple(like.shape), like.dtype, device, name="scales")
+        s.view(torch.int32).fill_(-1)
+    else:  # the whole padded [(E,) cols, Tp] buffer guarded, viewed as the op returns it
+        buf = guarded((*lead[:-1], like.shape[-1], like.stride(-1)), like.dtype, device, name="scales")
+        buf.view(torch.int32).fill_(-1)
+        s = buf.transpose(-1, -2)[..., : like.shape[-2], :]
     return q, s
 
 

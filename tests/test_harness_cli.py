@@ -84,7 +84,9 @@ def test_check_through_portcheck_writes_the_record_and_a_planted_port_fails_it(t
     assert rows[2]["out_dtype"] == "float32" and 0 < rows[2]["max_ulp_vs_ref"] <= harness.ULP_BUDGET["float32"]
     assert sum(rows[0]["ulp_vs_ref"].values()) == 2 * 256
     comps = {c["name"]: c for c in doc["portcheck"]["comparisons"]}
-    assert set(comps) == {"helion", "helion_sm90", "layouts"} and comps["helion"]["reruns"] == [1, 2]
+    # the original is called twice on the GPU (its determinism checked too), once in the interpreter
+    want_reruns = [2, 2] if torch.cuda.is_available() else [1, 2]
+    assert set(comps) == {"helion", "helion_sm90", "layouts"} and comps["helion"]["reruns"] == want_reruns
     assert comps["helion_sm90"]["n_cases"] == 1 and doc["portcheck"]["code"]["port"]
 
     monkeypatch.setattr(harness, "silu_and_mul", plants.silu_flip_one_bit)

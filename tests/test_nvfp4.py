@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import DEVICE, poisoned, randn
+from conftest import DEVICE, guarded, poisoned, randn
 
 from inkling_kernels import nvfp4_quant, silu_and_mul, silu_and_mul_nvfp4_quant
 from inkling_kernels.nvfp4 import max_blockscale_rows
@@ -223,8 +223,8 @@ _eo = lambda *v: torch.tensor(v, dtype=torch.int32, device=DEVICE)  # noqa: E731
 
 
 def _quant_out(M, N, rows=128):
-    return torch.empty((M, N // 2), dtype=torch.uint8, device=DEVICE), torch.empty(
-        (rows, (N // 16 + 3) // 4 * 4), dtype=torch.uint8, device=DEVICE
+    return guarded((M, N // 2), torch.uint8, DEVICE, name="packed"), guarded(
+        (rows, (N // 16 + 3) // 4 * 4), torch.uint8, DEVICE, name="scales"
     )
 
 
@@ -301,7 +301,7 @@ def _overlapping_quant_out():
         # outputs overlapping the input
         (lambda: _overlapping_quant_out(), ValueError, "out\\[0\\] overlaps"),
         # inference only
-        (lambda: nvfp4_quant(_gu().requires_grad_(), _gs1()), ValueError, "input requires grad"),
+        (lambda: nvfp4_quant(_gu().requires_grad_(), _gs1()), ValueError, "^x requires grad"),
         (
             lambda: silu_and_mul_nvfp4_quant(
                 _gu(), _gs1(), _eo(0, 8), topk_weights=torch.ones(8, device=DEVICE, requires_grad=True)
@@ -363,9 +363,10 @@ def test_strided_offsets_read_as_their_own_values(gen, device):
 
 
 def test_unvalidated_offsets_stay_in_bounds(gen, device):
-    """With out given, offsets are not read on the host by default (capturable); offsets that
-    point past M must then not make the kernel touch rows outside [0, M): rows it would map
-    outside are skipped, the real ones are quantized as their (wrong) expert says."""
+    """Unvalidated offsets (``validate=False``; on CUDA also the default with out given, which
+    stays capturable) that point past M must not make the kernel touch rows outside [0, M): rows
+    it would map outside are skipped, the real ones are quantized as their (wrong) expert says.
+    On the CPU the default checks them (a host read costs no synchronization there)."""
     M, N = 8, 64
     x = randn((M, N), torch.bfloat16, gen, device, scale=2.0)
     gs = torch.tensor([50.0, 80.0], device=device)
@@ -373,8 +374,13 @@ def test_unvalidated_offsets_stay_in_bounds(gen, device):
     guard = poisoned((2 * M + 4, N // 2), torch.uint8, device)
     packed = guard[M + 2 : 2 * M + 2]  # poison before and after the output rows
     scales = poisoned((max_blockscale_rows(M, 2), 4), torch.uint8, device)
-    nvfp4_quant(x, gs, expert_offsets=bad, out=(packed, scales))  # no error: not validated
+    nvfp4_quant(x, gs, expert_offsets=bad, out=(packed, scales), validate=False)  # no error: not validated
     assert (guard[: M + 2] == 0xFF).all() and (guard[2 * M + 2 :] == 0xFF).all()
+    if device.type == "cuda":
+        nvfp4_quant(x, gs, expert_offsets=bad, out=(packed, scales))  # the default with out: not read
+    else:
+        with pytest.raises(ValueError, match="end at M"):
+            nvfp4_quant(x, gs, expert_offsets=bad, out=(packed, scales))
     with pytest.raises(ValueError, match="end at M"):
         nvfp4_quant(x, gs, expert_offsets=bad, out=(packed, scales), validate=True)
     good = torch.tensor([0, 5, 8], dtype=torch.int32, device=device)

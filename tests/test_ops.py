@@ -438,9 +438,9 @@ def test_no_sync_with_outputs_given(gen):
     M, N, E = 40, 512, 3
     gateup, eo, gs, w = _fp4_inputs(M, N, E, gen)
     bo = default_blockscale_offsets(eo)
-    out = torch.empty((M, N), dtype=torch.bfloat16, device="cuda")
-    packed = torch.empty((M, N // 2), dtype=torch.uint8, device="cuda")
-    scales = torch.empty((max_blockscale_rows(M, E), N // 16), dtype=torch.uint8, device="cuda")
+    out = poisoned((M, N), torch.bfloat16, "cuda")
+    packed = poisoned((M, N // 2), torch.uint8, "cuda")
+    scales = poisoned((max_blockscale_rows(M, E), N // 16), torch.uint8, "cuda")
     for _ in range(2):  # the second round runs on the cached fast path
         torch.cuda.set_sync_debug_mode("error")
         try:

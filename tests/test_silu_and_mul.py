@@ -255,7 +255,7 @@ def test_numel_above_int32(interleaved):
     M = (2**31 + 16384) // (2 * N) + 1  # gateup numel > 2**31 (4.3 GB of bf16)
     x = torch.empty((M, 2 * N), dtype=torch.bfloat16, device="cuda")
     x.normal_()
-    out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+    out = poisoned((M, N), torch.bfloat16, "cuda")
     silu_and_mul(x, interleaved=interleaved, out=out)
     for rows in (slice(0, 64), slice(M // 2, M // 2 + 64), slice(M - 64, M)):  # the last rows need int64
         ref = silu_and_mul_ref(x[rows], interleaved=interleaved)

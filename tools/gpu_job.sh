@@ -83,6 +83,15 @@ run() {
 show() { for name in "$@"; do [ -f "$WORK/$name.log" ] && { echo; echo "=== $name"; grep -v -E "it/s\]$|nb/s\]$|s/it\]$" "$WORK/$name.log"; }; done; }
 PYTEST=("$PY" -m pytest -q -p no:cacheprovider -p no:warnings)
 KERNEL_TESTS=(tests/test_silu_and_mul.py tests/test_nvfp4.py tests/test_fp8.py)
+# every test file that hands the ops outputs, offsets, scale rows and layouts: memcheck runs them
+# whole (four processes at once, one sanitizer each), less the tests that capture a CUDA graph
+MEMCHECK_GROUPS=("tests/test_silu_and_mul.py tests/test_fuzz.py tests/test_safety.py"
+  "tests/test_nvfp4.py tests/test_guarded_fuzz.py tests/test_ops.py"
+  "tests/test_fp8.py" "tests/test_fp8_layouts.py tests/test_moe_layer.py")
+# left to the test step: CUDA-graph captures (a cudaMalloc inside a capture), compiles and timing
+# code, and the exhaustive proofs and > 2**31-element inputs (billions of instrumented threads)
+MEMCHECK_SKIP="not capture and not graph and not compile and not host_overhead and not bench and not exhaustive"
+MEMCHECK_SKIP+=" and not all_fp32 and not every_ and not large and not numel_above_int32 and not 31_bit_limit"
 notebooks() { $PY tools/run_notebooks.py --in-place "$@"; }
 
 {
@@ -131,22 +140,38 @@ if want bench || want serving || want fp8steps || want decode || want moe || wan
   pack
 fi
 
-echo "=== phase 2, sharing the GPU: tests + sanitizer | bitwise + notebooks 04, 05, 07 | notebooks 01-03 ($(stamp))"
+echo "=== phase 2, sharing the GPU: tests | sanitizers | bitwise + notebooks 04, 05, 07 | fusion | notebooks ($(stamp))"
+# compiling is most of the suite's time: spread it over 8 processes when pytest-xdist is there
+XDIST=()
+$PY -c "import xdist" 2>/dev/null && XDIST=(-n 8)
 (
-  # compiling is most of the suite's time: spread it over 8 processes when pytest-xdist is there
-  XDIST=()
-  $PY -c "import xdist" 2>/dev/null && XDIST=(-n 8)
   want tests && run tests "${PYTEST[@]}" "${XDIST[@]}" -rs -m "not timing" tests
   # the kernel tests again with Triton's FP fusion default off (the package pins it on every launch)
   want tests && run tests_fusion_off env TRITON_DEFAULT_FP_FUSION=0 "${PYTEST[@]}" "${XDIST[@]}" -rs -m "not timing" \
     "${KERNEL_TESTS[@]}"
+) &
+(
   if want sanitize; then
     # Without PYTORCH_NO_CUDA_MEMORY_CACHING the caching allocator hides out-of-bounds accesses; with
     # it, an allocation inside a CUDA-graph capture is a cudaMalloc the capture forbids: the tests
-    # that capture a first call (allocating its outputs) run in the test step, not under memcheck.
+    # that capture a graph run in the test step, not under memcheck. memcheck takes the test files
+    # whole (every out=, scale_rows, offsets and layout path), in four processes at once.
     export PYTORCH_NO_CUDA_MEMORY_CACHING=1
-    run memcheck timeout 300 compute-sanitizer --tool memcheck --print-limit 20 "${PYTEST[@]}" "${KERNEL_TESTS[@]}" \
-      -k "(odd_widths or small_shared and 768 or layouts or fused_equals and 768 and not uniform or strided or zero_rows or fused_equals_unfused_equals_reference and masked or masked_m_clamped or scale_layouts or work_list or thin_launch or hot_path) and not capture"
+    memcheck_all() {
+      local pids=() i=0 rc=0
+      for group in "${MEMCHECK_GROUPS[@]}"; do
+        i=$((i + 1))
+        # shellcheck disable=SC2086
+        timeout 540 compute-sanitizer --tool memcheck --print-limit 20 --error-exitcode 86 "${PYTEST[@]}" -rs \
+          -m "not timing" -k "$MEMCHECK_SKIP" $group \
+          >"$WORK/memcheck_$i.log" 2>&1 &
+        pids+=($!)
+      done
+      for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+      for j in $(seq 1 "$i"); do echo "--- memcheck group $j: ${MEMCHECK_GROUPS[$((j - 1))]}"; tail -25 "$WORK/memcheck_$j.log"; done
+      return $rc
+    }
+    run memcheck memcheck_all
     for tool in racecheck initcheck; do
       run $tool timeout 200 compute-sanitizer --tool $tool --print-limit 20 "${PYTEST[@]}" "${KERNEL_TESTS[@]}" \
         -k "layouts_bitwise or odd_widths and 130 or fused_equals and 768 and nonuniform"
@@ -159,10 +184,10 @@ echo "=== phase 2, sharing the GPU: tests + sanitizer | bitwise + notebooks 04, 
     run nvfp4_bitwise $PY -m inkling_workbook check --nvfp4 --no-progress
     run ptx env TRITON_CACHE_DIR="$WORK/ptx_cache" $PY tools/ptx_report.py "data/ptx_$GPU.json"
   fi
-  # FP fusion: every op's bits under both settings of Triton's default, helion and compile beside
-  want fusion && run fusion $PY -m inkling_workbook fusion
   want notebooks && run notebooks_04_05_07 notebooks notebooks/04_*.ipynb notebooks/05_*.ipynb notebooks/07_*.ipynb
 ) &
+# FP fusion: every op's bits under both settings of Triton's default, helion and compile beside
+( want fusion && run fusion $PY -m inkling_workbook fusion ) &
 ( want notebooks && run notebooks_01_03_08 notebooks notebooks/01_*.ipynb notebooks/02_*.ipynb notebooks/03_*.ipynb \
   notebooks/08_*.ipynb notebooks/09_*.ipynb ) &
 wait
