@@ -177,6 +177,9 @@ def run_args(args) -> int:
     except (UsageError, ValueError, TypeError) as e:
         print(f"portcheck: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except RuntimeError as e:  # a worker that could not start (it died importing the names)
+        print(f"portcheck: {e}", file=sys.stderr)
+        return EXIT_ERROR
     missing = _missing_dependency(report)
     text = report.to_markdown()
     print(text)
