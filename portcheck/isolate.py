@@ -195,8 +195,8 @@ def run_isolated(
 
     def failed_row(i: int, status: str, why: str) -> dict:
         c = every[i]
-        row = {"case": c.name, "seed": c.seed, "dtype": getattr(c, "dtype_label", "-"),
-               "value_class": getattr(c, "value_class_label", "-"), "stride": c.stride, "ok": False,
+        row = {"case": c.name, "seed": c.seed, "dtype": c.dtype_label if c.make is None else "-",
+               "value_class": c.value_class_label, "stride": c.stride, "ok": False,
                "status": status, "error": why, "error_type": status}  # fmt: skip
         if c.meta:
             row["meta"] = dict(c.meta)
