@@ -10,7 +10,10 @@ Both kernels follow :data:`inkling_kernels.reference.NVFP4_FORMULA` exactly. The
 computes silu*mul with the same helper as :mod:`inkling_kernels.silu_and_mul` and rounds it to
 the activation dtype in registers, exactly where the unfused path stores it, so the two paths
 agree bit for bit. Rounding to e4m3 and e2m1 is done with integer and compare operations, not
-with hardware conversions, so the GPU and the interpreter round identically.
+with hardware conversions, so the GPU and the interpreter round identically. The one exception:
+on compute capability 10.x-12.x (Blackwell) compiled launches round to e2m1 with the hardware
+``cvt.rn.satfinite.e2m1x2.f32`` (``HW_E2M1``), which gives the software rounding's bytes on every
+input (``inkling_workbook.e2m1_proof``: all 2**32 fp32 inputs).
 """
 
 from __future__ import annotations
@@ -116,8 +119,29 @@ def _activation_half(
 
 
 @triton.jit
-def _pack_half(xb, mult, s_nan, BLOCK_M: tl.constexpr, NB: tl.constexpr):
-    """8 values of each block, scaled and rounded to e2m1, packed into 4 bytes (2i low nibble)."""
+def _e2m1x2_hw(even, odd):
+    """``cvt.rn.satfinite.e2m1x2.f32`` (compute capability 10.x-12.x): one byte of two e2m1 codes.
+    PTX packs operand ``a`` into the upper 4 bits, ``b`` into the lower, so ``a`` is the odd element
+    (element 2i in the low nibble). Rounds as :func:`_e2m1_code` on every non-NaN input (proved
+    over all fp32 inputs: ``inkling_workbook.e2m1_proof``); NaN blocks are zeroed by the caller."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .b8 t; cvt.rn.satfinite.e2m1x2.f32 t, $2, $1; cvt.u32.u8 $0, t; }",
+        "=r,r,r",
+        [even, odd],
+        dtype=tl.int32,
+        is_pure=True,
+        pack=1,
+    )
+
+
+@triton.jit
+def _pack_half(xb, mult, s_nan, BLOCK_M: tl.constexpr, NB: tl.constexpr, HW_E2M1: tl.constexpr = False):
+    """8 values of each block, scaled and rounded to e2m1, packed into 4 bytes (2i low nibble):
+    by the hardware conversion (``HW_E2M1``) or in software (the same bytes)."""
+    if HW_E2M1:
+        even_t, odd_t = tl.split(tl.reshape(xb * mult[:, :, None], (BLOCK_M, NB, 4, 2)))
+        packed = tl.where(s_nan[:, :, None], 0, _e2m1x2_hw(even_t, odd_t))  # a NaN block: bytes 0
+        return packed.to(tl.uint8)
     q = _e2m1_code(xb * mult[:, :, None])
     q = tl.where(s_nan[:, :, None], 0, q)  # a NaN block stores codes +0 (its scale is NaN)
     even, odd = tl.split(tl.reshape(q, (BLOCK_M, NB, 4, 2)))
@@ -147,6 +171,7 @@ def nvfp4_quant_kernel(
     SEARCH_STEPS: tl.constexpr,
     INT64: tl.constexpr,
     USE_PDL: tl.constexpr = False,  # wait on the grid dependency / signal dependents (sm_90+)
+    HW_E2M1: tl.constexpr = False,  # e2m1 by cvt.rn.satfinite.e2m1x2.f32 (sm_100+), same bytes
 ):
     NB: tl.constexpr = BLOCK_K // 16  # scale blocks per program row
     K_TILES: tl.constexpr = (SCALE_COLS * 16 + BLOCK_K - 1) // BLOCK_K
@@ -209,8 +234,8 @@ def nvfp4_quant_kernel(
     pcols = kb[None, :, None] * 8 + tl.arange(0, 4)[None, None, :]
     pmask = valid[:, None, None] & (pcols < N // 2)
     pout = packed_ptr + m[:, None, None] * (N // 2) + pcols
-    tl.store(pout, _pack_half(lo, mult, s_nan, BLOCK_M, NB), mask=pmask)
-    tl.store(pout + 4, _pack_half(hi, mult, s_nan, BLOCK_M, NB), mask=pmask)
+    tl.store(pout, _pack_half(lo, mult, s_nan, BLOCK_M, NB, HW_E2M1), mask=pmask)
+    tl.store(pout + 4, _pack_half(hi, mult, s_nan, BLOCK_M, NB, HW_E2M1), mask=pmask)
 
     # 4. Scales: real blocks get s8; padding rows and columns get 0.
     k = kb
@@ -460,15 +485,16 @@ def _launch_quant(
     steps = max(1, (E - 1).bit_length())
     if not interpreted:
         pdl = _backend.resolve_pdl(enable_pdl, device)
+        hw = _hw_e2m1(device)
         spec = _backend.arg_spec
         key = (
-            device.index, pdl, warps, N, scale_cols, act, has_weight, swizzle, block_m, block_k, steps, int64,
+            device.index, pdl, hw, warps, N, scale_cols, act, has_weight, swizzle, block_m, block_k, steps, int64,
             spec(src), spec(weight), spec(gs), spec(expert_offsets), spec(scale_offsets), spec(packed),
             spec(scales), spec(stride_x), spec(M, False), spec(E, False), spec(total_rows, False),
         )  # fmt: skip
         args = (
             src, weight, gs, expert_offsets, scale_offsets, packed, scales, stride_x, M, E, total_rows,
-            N, scale_cols, act, has_weight, swizzle, block_m, block_k, steps, int64, pdl,
+            N, scale_cols, act, has_weight, swizzle, block_m, block_k, steps, int64, pdl, hw,
         )  # fmt: skip
         _LAUNCHER(key, grid0, device.index, args, warps, pdl)
         return packed, scales
@@ -476,17 +502,24 @@ def _launch_quant(
     _backend.launch(
         nvfp4_quant_kernel, (grid0,), device, src, weight, gs, expert_offsets, scale_offsets, packed, scales,
         stride_x, M, E, total_rows, N=N, SCALE_COLS=scale_cols, ACT=act, HAS_WEIGHT=has_weight, SWIZZLE=swizzle,
-        BLOCK_M=block_m, BLOCK_K=block_k, SEARCH_STEPS=steps, INT64=int64, USE_PDL=False, num_warps=warps,
+        BLOCK_M=block_m, BLOCK_K=block_k, SEARCH_STEPS=steps, INT64=int64, USE_PDL=False, HW_E2M1=False,
+        num_warps=warps,
     )  # fmt: skip
     return packed, scales
 
 
 _QUANT_CONFIGS: dict[tuple[int, bool, bool], tuple[int, int, int]] = {}
 
-_LAUNCHER = _backend.CudaLauncher(
-    nvfp4_quant_kernel,
-    ("N", "SCALE_COLS", "ACT", "HAS_WEIGHT", "SWIZZLE", "BLOCK_M", "BLOCK_K", "SEARCH_STEPS", "INT64", "USE_PDL"),
-)
+_LAUNCHER = _backend.CudaLauncher(nvfp4_quant_kernel, _backend.kernel_constexprs(nvfp4_quant_kernel))
+
+#: compute capability majors whose PTX target (sm_100a, 103a, 110a, 120a, 121a) has
+#: ``cvt.rn.satfinite.e2m1x2.f32``; ptxas refuses it for sm_90a
+HW_E2M1_MAJORS = (10, 11, 12)
+
+
+def _hw_e2m1(device: torch.device) -> bool:
+    """Whether compiled launches on ``device`` round to e2m1 with the hardware conversion."""
+    return _backend.capability(_backend.cuda_index(device))[0] in HW_E2M1_MAJORS
 
 
 def nvfp4_quant(

@@ -131,6 +131,7 @@ def measure_host_overhead(
     qconsts = dict(
         N=N, SCALE_COLS=scales.shape[1], ACT=_nvfp4.ACT_NON_INTERLEAVED, HAS_WEIGHT=False, SWIZZLE=True,
         BLOCK_M=bm, BLOCK_K=bk, SEARCH_STEPS=max(1, (E - 1).bit_length()), INT64=False, USE_PDL=pdl,
+        HW_E2M1=_nvfp4._hw_e2m1(dev),
     )  # fmt: skip
 
     def bare_nvfp4():

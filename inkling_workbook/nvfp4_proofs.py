@@ -1,5 +1,8 @@
-"""The NVFP4 format tests' helper: the kernels' fp32 -> e4m3 scale rounding
-(``inkling_kernels.nvfp4._e4m3_round``) on any fp32 tensor, to check it against torch exhaustively."""
+"""The NVFP4 format tests' helpers: the kernels' fp32 -> e4m3 scale rounding
+(``inkling_kernels.nvfp4._e4m3_round``) on any fp32 tensor, to check it against torch exhaustively;
+the kernels' e2m1 packing of fp32 pairs, in software (``_e2m1_code``) or by the hardware conversion
+(``_e2m1x2_hw``, compiled on compute capability 10.x-12.x only), to check them against each other
+and against :mod:`inkling_workbook.e2m1_proof`'s model of the PTX instruction."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import triton.language as tl
 
 from inkling_kernels import _backend
 from inkling_kernels._validate import check_tensor
-from inkling_kernels.nvfp4 import _e4m3_round
+from inkling_kernels.nvfp4 import _e2m1_code, _e2m1x2_hw, _e4m3_round
 
 
 @triton.jit
@@ -47,3 +50,38 @@ def e4m3_encode(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             BLOCK=block,
         )
     return byte.reshape(s.shape), value.reshape(s.shape)
+
+
+@triton.jit
+def e2m1_pack_kernel(x_ptr, byte_ptr, n_pairs, BLOCK: tl.constexpr, HW: tl.constexpr):
+    """Bytes of fp32 pairs ``(x[2i], x[2i+1])``, element ``2i`` in the low nibble: the kernel's
+    software rounding, or (``HW``) ``cvt.rn.satfinite.e2m1x2.f32`` as the NVFP4 kernel issues it."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_pairs
+    even = tl.load(x_ptr + 2 * offs, mask=mask, other=0.0)
+    odd = tl.load(x_ptr + 2 * offs + 1, mask=mask, other=0.0)
+    if HW:
+        byte = _e2m1x2_hw(even, odd)
+    else:
+        byte = (_e2m1_code(even) & 0xF) | ((_e2m1_code(odd) & 0xF) << 4)
+    tl.store(byte_ptr + offs, byte.to(tl.uint8), mask=mask)
+
+
+def e2m1_pack(x: torch.Tensor, hw: bool = False) -> torch.Tensor:
+    """The kernel's e2m1 bytes of fp32 ``x`` (an even number of elements), software or (``hw``,
+    compiled on compute capability 10.x-12.x) the hardware conversion. The raw codes of NaN inputs
+    differ between the two; the NVFP4 kernel zeroes the bytes of NaN blocks on both paths."""
+    check_tensor("x", x, dtypes=(torch.float32,))
+    if x.numel() % 2:
+        raise ValueError(f"x must have an even number of elements, got {x.numel()}")
+    if not isinstance(hw, bool):
+        raise TypeError(f"hw must be a bool, got {type(hw).__name__}")
+    if hw and (_backend.uses_interpreter(x.device) or _backend.capability(_backend.cuda_index(x.device))[0] < 10):
+        raise ValueError("hw=True needs CUDA tensors on compute capability 10.x or newer (the interpreter has no PTX)")
+    flat = x.contiguous().reshape(-1)
+    out = torch.empty(flat.numel() // 2, dtype=torch.uint8, device=x.device)
+    if out.numel():
+        block = 1024
+        grid = (triton.cdiv(out.numel(), block),)
+        _backend.launch(e2m1_pack_kernel, grid, x.device, flat, out, out.numel(), BLOCK=block, HW=hw)
+    return out

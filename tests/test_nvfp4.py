@@ -315,7 +315,12 @@ def _overlapping_quant_out():
             ValueError,
             "end at M",
         ),
-        (lambda: nvfp4_quant(_gu(8, 16), _gs1(), scale_rows=64), ValueError, "scale rows"),
+        (lambda: nvfp4_quant(_gu(8, 16), _gs1(), scale_rows=64), ValueError, "scale_rows must be a multiple of 128"),
+        (
+            lambda: nvfp4_quant(_gu(8, 16), _gs2(), expert_offsets=_eo(0, 4, 8), scale_rows=128),
+            ValueError,
+            "end at 256 scale rows but the scales output has 128",
+        ),
         (lambda: nvfp4_quant(_gu(), _gs1(), validate="yes"), TypeError, "validate"),
     ],
 )

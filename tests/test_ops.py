@@ -217,7 +217,7 @@ def test_pdl_in_nvfp4_kernel_sm90():
     sig |= {"scale_off_ptr": "*i64", "packed_ptr": "*u8", "scale_ptr": "*u8", "stride_x": "i32", "M": "i32"}
     sig |= {"E": "i32", "total_scale_rows": "i32"}
     consts = {"N": 1536, "SCALE_COLS": 24, "ACT": 2, "HAS_WEIGHT": True, "SWIZZLE": True, "BLOCK_M": 8}
-    consts |= {"BLOCK_K": 512, "SEARCH_STEPS": 3, "INT64": False}
+    consts |= {"BLOCK_K": 512, "SEARCH_STEPS": 3, "INT64": False, "HW_E2M1": False}
     _, ptx_off = _ptx(nvfp4_quant_kernel, sig, consts | {"USE_PDL": False})
     _, ptx_on = _ptx(nvfp4_quant_kernel, sig, consts | {"USE_PDL": True}, {"launch_pdl": True})
     assert not any("griddepcontrol" in line for line in ptx_off)

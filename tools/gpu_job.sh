@@ -35,19 +35,22 @@
 #              beside them -> data/fp_fusion_<gpu>.json (the tests step also reruns the kernel
 #              tests with the default off)
 #   notebooks  every notebook executed in place, 06 re-measuring its quick sweep into data/
+#   notebook06 only notebook 06 (the last phase, alone on the GPU): a call that ran out of time there
 #
-# Order: timings need the GPU to themselves, so the benchmark and the serving measurements run
-# first, alone. Then tests and sanitizer (one chain), bitwise then notebooks 04-05 that show its
-# records (a second), and notebooks 01-03 that show the new benchmark (a third) share the GPU;
-# compiling is most of their time and the machine has 16 cores. Notebook 06 times again, so it
-# runs last, alone. The tarball is written after every phase, so a call stopped by its time
-# limit still returns what the finished phases wrote.
+# Order: timings need the GPU to themselves, so the benchmark and the serving, decode, MoE-layer
+# and second-port measurements run first, alone. Then five chains share the GPU (compiling is
+# most of their time and the machine has 16 cores): the test suite (then the kernel tests with FP
+# fusion off); the sanitizers (memcheck over the kernel test files in four processes, then
+# racecheck and initcheck); bitwise then notebooks 04, 05, 07 that show its records; FP fusion;
+# notebooks 01-03, 08, 09. Notebook 06 times again, so it runs last, alone. The tarball is
+# written after every phase, so a call stopped by its time limit still returns what the finished
+# phases wrote.
 # Wheels carried in .whl/ (helion and the Jupyter packages, cp312) are installed first, since
-# such a machine may have no package index. About 13-15 minutes on one H200 with every step:
-# where one call to a lent machine may run at most 10 minutes, run it as two calls at the same
-# commit, STEPS=bench (about 7-8 minutes) and then STEPS=serving,tests,sanitize,bitwise,notebooks
-# (about 7), unpacking the first call's publish_<gpu>.tar.gz before the second; each call returns
-# its own log and tarball (three files).
+# such a machine may have no package index. Every step takes about 25 minutes on one H200; where
+# one call to a lent machine may run at most 10 minutes, run it as three calls at the same
+# commit, back to back on the warm machine: STEPS=tests,sanitize,bitwise,fusion,notebooks (about
+# 8-9 minutes), bench,decode (about 9) and serving,moe,silufp8 (about 9); each call returns its own
+# log and tarball (notebook06 alone if a call ran out of time in its last phase).
 set -uo pipefail
 OUT_DIR=${1:-${OUT:-build/gpu_job}}
 STEPS=${2:-bench,serving,decode,moe,silufp8,tests,sanitize,bitwise,fusion,notebooks}
@@ -194,7 +197,7 @@ wait
 show tests tests_fusion_off memcheck racecheck initcheck bitwise nvfp4_bitwise ptx fusion notebooks_01_03_08 notebooks_04_05_07
 pack
 
-if want notebooks; then
+if want notebooks || want notebook06; then
   echo "=== phase 3, alone on the GPU: notebook 06 re-measures its quick sweep ($(stamp))"
   run notebooks_06 notebooks notebooks/06_*.ipynb
   show notebooks_06
