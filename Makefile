@@ -51,8 +51,8 @@ test-pinned:
 	$(PINNED)/bin/python -m pytest -q -p no:cacheprovider -n auto $(PINNED_TESTS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check inkling_kernels inkling_workbook tests tools notebooks
-	$(BIN)/ruff format --check inkling_kernels inkling_workbook tests tools notebooks
+	$(BIN)/ruff check inkling_kernels inkling_workbook portcheck examples tests tools notebooks
+	$(BIN)/ruff format --check inkling_kernels inkling_workbook portcheck examples tests tools notebooks
 
 # -n auto: the unit tests spread over the machine's cores (pytest-xdist; CI has two)
 unit: $(STAMP)

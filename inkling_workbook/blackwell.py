@@ -387,7 +387,7 @@ def compile_case(case: Case, target: str):
     """``(compiled, elements a program, straight-line, constexprs)`` of ``case`` for ``target``."""
     from triton.backends.compiler import GPUTarget
 
-    from . import portcheck
+    from portcheck import code as portcheck
 
     if target not in TARGETS:
         raise ValueError(f"target must be one of {sorted(TARGETS)}, got {target!r}")
@@ -401,7 +401,7 @@ def compile_case(case: Case, target: str):
 def inspect_compiled(compiled, elements: int, straight: bool, num_warps: int) -> dict:
     """Registers, local (spill) and shared bytes from ``cuobjdump -res-usage``; the PTX classes;
     the SASS count to ``EXIT``, its top opcodes and, straight-line, per element of a thread."""
-    from . import portcheck
+    from portcheck import code as portcheck
 
     usage = portcheck.cuobjdump(compiled, "-res-usage")
     field = {k: int(v) for k, v in re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", usage)}

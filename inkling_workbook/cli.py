@@ -201,9 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="JSON output (default data/bitwise_<device>.json)")
     p.add_argument("--no-progress", action="store_true", help="no NVFP4 progress bar")
     p.set_defaults(fn=_check)
-    from . import portcheck
+    import portcheck.cli
 
-    portcheck.add_parser(sub)
+    p = sub.add_parser("portcheck", help="portcheck (`python -m portcheck`): a port against its original, bit for bit")
+    portcheck.cli.add_arguments(p)
+    p.set_defaults(fn=portcheck.cli.run_args)
     p = sub.add_parser("bench", help="benchmark sweep (GPU only)")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--cold-l2", action="store_true", help="also time with rotating buffers (cold L2)")

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import torch
 
+import portcheck
 from inkling_kernels.silu_and_mul import silu_and_mul
 
-from . import helion_original, portcheck, portcheck_cases, provenance
+from . import helion_original, portcheck_cases, provenance
 
 # Largest ulp distance to the same-order torch reference that a case accepts, per output dtype.
 # The kernels' sigmoid is 1 / (1 + exp2(-x * log2 e)) with ex2.approx and div.full on the GPU,
@@ -67,7 +68,7 @@ def bitwise_record(
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     cases = portcheck_cases.bitwise_cases(kind)
     port_fn = port or silu_and_mul  # looked up here: a test plants another port by monkeypatching
-    port_name = PORT if port_fn is _PACKAGE_PORT else portcheck._label(port_fn)
+    port_name = PORT if port_fn is _PACKAGE_PORT else portcheck.label(port_fn)
     spec = f"inkling_workbook.portcheck_cases:bitwise_{kind}_cases"
     reports, runs = {}, []
     for comp in comparisons(device):

@@ -1,7 +1,7 @@
 """portcheck's case matrices for the SiLU-and-mul port (``inkling_kernels.silu_and_mul``) against
 its helion original (``inkling_workbook.helion_original.silu_and_mul_helion``)::
 
-    python -m inkling_workbook portcheck inkling_workbook.helion_original:silu_and_mul_helion \\
+    python -m portcheck inkling_workbook.helion_original:silu_and_mul_helion \\
         inkling_kernels:silu_and_mul --cases inkling_workbook.portcheck_cases:cpu_cases \\
         --reference inkling_workbook.portcheck_cases:reference
 
@@ -28,10 +28,11 @@ from dataclasses import dataclass
 
 import torch
 
+import portcheck
 from inkling_kernels.reference import join_gateup, silu_and_mul_ref, split_gateup
 from inkling_kernels.silu_and_mul import silu_and_mul
 
-from . import helion_original, portcheck
+from . import helion_original
 
 
 def _out(args: tuple, kwargs: dict) -> torch.Tensor:

@@ -27,7 +27,9 @@ from pathlib import Path
 
 import torch
 
-from . import portcheck, provenance
+import portcheck
+
+from . import provenance
 from . import silu_mul_fp8_helion as helion_side
 from . import silu_mul_fp8_port as port_side
 from . import silu_mul_fp8_steps as steps
@@ -304,7 +306,7 @@ def run(
     fewer shapes. ``cases``: a list of cases, or their ``MODULE:NAME`` (default: the GPU matrix).
 
     ``jobs`` > 1: the check and the steps run in that many worker processes
-    (:func:`inkling_workbook.portcheck.submit`; ``cases`` must then be a name), and on CUDA the
+    (:func:`portcheck.submit`; ``cases`` must then be a name), and on CUDA the
     same workers make the sweep's first call of the port and of helion at every shape
     (:func:`warm_shape`), filling Triton's on-disk cache; torch.compile's graphs are compiled and
     the timing runs afterwards in this process alone, the workers gone. Writes the records under ``out/data``

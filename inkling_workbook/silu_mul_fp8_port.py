@@ -19,9 +19,9 @@ loads, writes one byte an output, and runs on a flat 1-D grid with the column ti
 tile is :func:`launch_config`'s. It runs compiled on CUDA tensors and in Triton's interpreter on
 CPU tensors (:func:`inkling_kernels._backend.launch`), the same source lines either way. No PDL.
 
-``python -m inkling_workbook portcheck`` checks it against the original (``docs/portcheck.md``)::
+``python -m portcheck`` checks it against the original (``docs/portcheck.md``)::
 
-    python -m inkling_workbook portcheck inkling_workbook.silu_mul_fp8_helion:silu_mul_fp8_helion \\
+    python -m portcheck inkling_workbook.silu_mul_fp8_helion:silu_mul_fp8_helion \\
         inkling_workbook.silu_mul_fp8_port:silu_mul_fp8 --cases inkling_workbook.silu_mul_fp8_port:cpu_cases \\
         --reference inkling_workbook.silu_mul_fp8_helion:reference
 """
@@ -35,12 +35,11 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+import portcheck
 from inkling_kernels import _backend
 from inkling_kernels._validate import FLOAT_DTYPES, check_no_grad, check_no_overlap, check_same_device, check_tensor
 from inkling_kernels.silu_and_mul import INT32_LIMIT
 from inkling_kernels.silu_and_mul import launch_config as _silu_launch_config
-
-from . import portcheck
 
 OUT_DTYPE = torch.float8_e4m3fn
 

@@ -1,9 +1,9 @@
 """Planted ports for tests/test_portcheck.py: importable by name, so the CLI can run them in a
-fresh process (``python -m inkling_workbook portcheck portcheck_plants:double ...``)."""
+fresh process (``python -m portcheck portcheck_plants:double ...``)."""
 
 import torch
 
-from inkling_workbook import portcheck
+import portcheck
 
 
 def double(x):
@@ -110,3 +110,72 @@ def large_tile_cases():
         for seed, (M, N) in enumerate(LARGE_TILE_SHAPES)
         for stride in ("contiguous", "row_padded")
     ]
+
+
+# ---- plants for the tool's robustness (tests/test_portcheck_tool.py) ---------------------------
+
+
+def segfault_on_nan(x):
+    """``double``, except that it dies on SIGSEGV on an input holding a NaN."""
+    if torch.isnan(x).any():
+        import ctypes
+
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+    return double(x)
+
+
+def sleeps_on_nan(x):
+    """``double``, except that it sleeps a minute on an input holding a NaN."""
+    if torch.isnan(x).any():
+        import time
+
+        time.sleep(60)
+    return double(x)
+
+
+def lazy_import_on_nan(x):
+    """``double``, except that it imports a missing module (lazily) on an input holding a NaN."""
+    if torch.isnan(x).any():
+        import a_module_that_is_not_installed  # noqa: F401
+    return double(x)
+
+
+def name_error(x):
+    return undefined_name * x  # noqa: F821
+
+
+def as_float(x):
+    """A Python float and a numpy array: outputs that are not tensors."""
+    return float(double(x).float().sum()), double(x).float().numpy()
+
+
+def as_float_too(x):
+    return float(double(x).float().sum()), double(x).float().numpy()
+
+
+def broken_reference(x):
+    return x.double()[:, :-1] * 2  # one column short
+
+
+def negative_zero(x):
+    """``double`` with every zero made -0."""
+    out = double(x)
+    out[out == 0] = -0.0
+    return out
+
+
+def canonical_nan(x):
+    """``double`` with every NaN the canonical positive quiet NaN."""
+    out = double(x)
+    out[torch.isnan(out)] = float("nan")
+    return out
+
+
+def zero_cases():
+    return portcheck.matrix(shapes=[(2, 64)], value_classes=("edges",), strides=("contiguous",))
+
+
+def float32_cases():
+    return portcheck.matrix(
+        shapes=[(2, 64)], dtypes=[torch.float32], value_classes=("random",), strides=("contiguous",)
+    )

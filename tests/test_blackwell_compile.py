@@ -53,7 +53,7 @@ def test_sm90a_refuses_the_hardware_conversion():
     """Why the switch exists: the same launch with ``HW_E2M1`` forced on does not assemble for sm_90a."""
     from triton.backends.compiler import GPUTarget
 
-    from inkling_workbook import portcheck
+    from portcheck import code as portcheck
 
     kernel, args, kwargs, _, _ = blackwell.plan(CASES["nvfp4_quant swizzled 8 experts 8192x3072"], 90)
     kwargs["HW_E2M1"] = True

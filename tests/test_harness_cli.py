@@ -10,9 +10,10 @@ import torch
 from conftest import HAS_CUDA
 
 import inkling_kernels as ik
+import portcheck
 from inkling_kernels import _backend
 from inkling_kernels.reference import silu_and_mul_ref
-from inkling_workbook import cli, harness, helion_original, plots, portcheck, portcheck_cases
+from inkling_workbook import cli, harness, helion_original, plots, portcheck_cases
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 

@@ -15,8 +15,8 @@ import triton.language as tl
 from conftest import gpu_only, poisoned, randn
 from triton.language.extra import libdevice
 
+import portcheck
 from inkling_kernels import _backend
-from inkling_workbook import portcheck
 from inkling_workbook import silu_mul_fp8_helion as H
 from inkling_workbook import silu_mul_fp8_port as P
 from inkling_workbook import silu_mul_fp8_steps as S

@@ -25,7 +25,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from inkling_kernels import _fp8_kernel as fp8_mod
-from inkling_workbook.portcheck import registers, sass_opcodes
+from portcheck.code import registers, sass_opcodes
 
 INTS = ["stride_xe", "stride_xm", "stride_qe", "stride_qm", "stride_we", "stride_wm", "stride_se", "stride_sm"]
 INTS += ["stride_sg", "E"]

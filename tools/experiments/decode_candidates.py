@@ -203,7 +203,7 @@ def positions(compiled) -> dict:
     """:func:`ptx_positions` of the PTX and the same for the SASS (opcodes up to the first EXIT)."""
     out = {"ptx": ptx_positions(compiled.asm["ptx"])}
     try:
-        from inkling_workbook.portcheck import sass_opcodes
+        from portcheck.code import sass_opcodes
 
         ops = sass_opcodes(compiled)
     except Exception as e:  # no cuobjdump in this Triton: PTX only

@@ -1,0 +1,170 @@
+"""portcheck's CPU mode (``portcheck.interpret``): kernels defined without ``TRITON_INTERPRET``
+run in the interpreter on CPU tensors with the repairs, the repairs give the GPU's bits, they are
+the same as the library's own copy (``inkling_kernels._backend``), and the generated-code table
+compiles the interpreted kernels for sm_90."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+import portcheck
+from inkling_kernels import _backend
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@triton.jit
+def _ops(x_ptr, b_ptr, c_ptr, wide_ptr, narrow_ptr, mul_ptr, add_ptr, div_ptr, e4m3_ptr, exp_ptr, half_ptr, n,
+         BLOCK: tl.constexpr):  # fmt: skip
+    i = tl.arange(0, BLOCK)
+    m = i < n
+    x = tl.load(x_ptr + i, mask=m)  # fp32
+    b = tl.load(b_ptr + i, mask=m)  # bf16, subnormals among them
+    c = tl.load(c_ptr + i, mask=m)  # bf16
+    tl.store(wide_ptr + i, b.to(tl.float32), mask=m)
+    tl.store(narrow_ptr + i, x.to(tl.bfloat16), mask=m)
+    tl.store(mul_ptr + i, b * c, mask=m)
+    tl.store(add_ptr + i, b + c, mask=m)
+    tl.store(div_ptr + i, b / c, mask=m)
+    tl.store(e4m3_ptr + i, x.to(tl.float8e4nv, fp_downcast_rounding="rtne"), mask=m)
+    tl.store(exp_ptr + i, libdevice.exp(x), mask=m)
+    tl.store(half_ptr + i, b.to(tl.float16), mask=m)
+
+
+N = 512
+NAMES = ("bf16->fp32", "fp32->bf16", "bf16 *", "bf16 +", "bf16 /", "fp32->e4m3", "libdevice.exp", "bf16->fp16")
+
+
+def _inputs():
+    x = portcheck.values((N,), torch.float32, "ties", seed=1) * 37  # ties of bf16, beyond 448 too
+    b = portcheck.values((N,), torch.bfloat16, "subnormal", seed=2)
+    c = portcheck.values((N,), torch.bfloat16, "random", seed=3)
+    return x, b, c
+
+
+def _outs():
+    dts = (torch.float32, torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.float8_e4m3fn,
+           torch.float32, torch.float16)  # fmt: skip
+    return [torch.full((N,), 7, dtype=torch.float32).to(d) for d in dts]
+
+
+def ops_portcheck(repairs=True):
+    x, b, c = _inputs()
+    outs = _outs()
+    with portcheck.cpu_mode(repairs):
+        _ops[(1,)](x, b, c, *outs, N, BLOCK=N)
+    return outs
+
+
+def ops_backend():
+    x, b, c = _inputs()
+    outs = _outs()
+    _backend.launch(_ops, (1,), torch.device("cpu"), x, b, c, *outs, N, BLOCK=N)
+    return outs
+
+
+def _bits(t):
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+def test_the_repairs_give_the_gpus_bits():
+    x, b, c = _inputs()
+    wide, narrow, mul, add, div, e4m3, exp, half = ops_portcheck()
+    truth = {
+        "bf16->fp32": (wide, b.float()),
+        "fp32->bf16": (narrow, x.to(torch.bfloat16)),
+        "bf16 *": (mul, (b.float() * c.float()).to(torch.bfloat16)),
+        "bf16 +": (add, (b.float() + c.float()).to(torch.bfloat16)),
+        "bf16 /": (div, (b.float() / c.float()).to(torch.bfloat16)),
+        "fp32->e4m3": (e4m3, x.clamp(-448, 448).to(torch.float8_e4m3fn)),
+        "bf16->fp16": (half, b.float().half()),
+    }
+    for name, (got, want) in truth.items():
+        assert torch.equal(_bits(got), _bits(want)), name
+    assert torch.allclose(exp, torch.exp(x), rtol=1e-6, equal_nan=True)
+    with pytest.raises(Exception, match="None"):  # as shipped, libdevice.exp is a stub returning None
+        ops_portcheck(repairs=False)
+
+
+def test_portchecks_repairs_and_the_librarys_are_the_same_bits():
+    """The two copies (portcheck.interpret, inkling_kernels._backend) must not drift apart: a
+    repair added to one must be added to the other."""
+    for name, ours, theirs in zip(NAMES, ops_portcheck(), ops_backend()):
+        assert torch.equal(_bits(ours), _bits(theirs)), name
+
+
+def _port(x):
+    out = torch.empty_like(x)
+    n = x.numel()
+    dummy = [torch.empty(n, dtype=t.dtype) for t in _outs()]
+    b = x.to(torch.bfloat16)
+    _ops[(1,)](x, b, b, out, *dummy[1:], n, BLOCK=triton.next_power_of_2(n))
+    return out
+
+
+def test_a_kernel_defined_without_the_variable_runs_and_its_code_compiles_for_sm90():
+    assert os.environ.get("TRITON_INTERPRET") != "1"
+    cases = portcheck.matrix(shapes=[(300,)], dtypes=[torch.float32], value_classes=("random", "subnormal"),
+                             strides=("contiguous",))  # fmt: skip
+    report = portcheck.run(lambda x: x.to(torch.bfloat16).float(), _port, cases)
+    assert report.ok, report.to_markdown()
+    (k,) = report.code["port"]
+    assert k["kernel"] == "_ops" and k["registers"] > 0 and k["classes"]["cvt"] > 0
+    assert report.provenance["cpu_mode"]["repairs"] == list(portcheck.REPAIRS)
+
+
+_UNDER_VARIABLE = """
+import os, json
+os.environ["TRITON_INTERPRET"] = "1"
+import torch, triton, triton.language as tl, portcheck
+
+@triton.jit
+def _helper(x):
+    return tl.sigmoid(x) * x
+
+@triton.jit
+def _k(x_ptr, o_ptr, n, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    tl.store(o_ptr + i, _helper(tl.load(x_ptr + i, mask=i < n)), mask=i < n)
+
+def port(x):
+    o = torch.empty_like(x)
+    _k[(1,)](x, o, x.numel(), BLOCK=128)
+    return o
+
+cases = portcheck.matrix(shapes=[(100,)], dtypes=[torch.float32], value_classes=("random",), strides=("contiguous",))
+r = portcheck.run(port, port, cases)
+print(json.dumps({"ok": r.ok, "errors": [k.get("error") for k in r.code["port"]]}))
+"""
+
+
+def test_a_kernel_defined_under_the_variable_runs_and_the_table_says_why_it_cannot_compile():
+    out = subprocess.run([sys.executable, "-c", _UNDER_VARIABLE], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc = __import__("json").loads(out.stdout.strip().splitlines()[-1])
+    assert doc["ok"] and doc["errors"][0] and "TRITON_INTERPRET" in doc["errors"][0] and len(doc["errors"][0]) <= 600
+
+
+@pytest.mark.parametrize("variable", [None, "1"])
+def test_the_command_line_interprets_by_itself_with_or_without_the_variable(tmp_path, variable):
+    source = _UNDER_VARIABLE.split("cases = ")[0].replace('os.environ["TRITON_INTERPRET"] = "1"', "")
+    source += "\ndef original(x):\n    return port(x)\n\n\ndef cases():\n    return portcheck.matrix("
+    source += "shapes=[(100,)], dtypes=[torch.float32], value_classes=('random',), strides=('contiguous',))\n"
+    (tmp_path / "vpair.py").write_text(source)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
+    if variable:
+        env["TRITON_INTERPRET"] = variable
+    r = subprocess.run([sys.executable, "-m", "portcheck", "vpair:original", "vpair:port", "--cases", "vpair:cases"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "| registers |" in r.stdout and "did not compile" not in r.stdout
+    assert ("TRITON_INTERPRET ignored" in r.stderr) == bool(variable)
