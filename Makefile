@@ -11,7 +11,8 @@ export PYTHONUNBUFFERED := 1
 PIN ?=
 PINNED := .venv-pinned
 PINNED_TESTS := tests/test_silu_and_mul.py tests/test_nvfp4.py tests/test_fp8.py tests/test_helion_original.py \
-  tests/test_import.py tests/test_fp_fusion.py tests/test_blackwell_compile.py -k "not fused_equals or (768 and nonuniform) or (plain and gate)"
+  tests/test_import.py tests/test_fp_fusion.py tests/test_blackwell_compile.py tests/test_portcheck_cpu.py \
+  tests/test_portcheck_examples.py -k "not fused_equals or (768 and nonuniform) or (plain and gate)"
 # `make lab` as root (containers, lent GPU machines) needs Jupyter's --allow-root; LAB_ARGS adds flags.
 LAB_ARGS ?=
 LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)

@@ -23,6 +23,8 @@
   ``fp32->e4m3``            round to nearest even, saturate at +-448, NaN -> 0x7F   truncates the exponent
   ``libdevice.exp``         ``__nv_expf``                                           an unbound stub (None);
                                                                                     repaired as ``tl.exp``
+  ``bf16 constants``        the fp32 constant rounded to nearest even               truncates; Triton 3.6 has
+                                                                                    no ``get_bf16`` at all
   ========================  ======================================================  ===========================
 
   (``libdevice.exp`` runs numpy's ``exp``: its bits can differ from ``__nv_expf`` in the last
@@ -52,7 +54,8 @@ import numpy as np
 import torch
 
 REPAIRS = ("fp32->bf16 RNE", "bf16->fp32 exact (subnormals)", "bf16<->fp16/fp64 via fp32", "bf16 arithmetic RNE",
-           "bf16 comparisons, min/max, negation", "fp32->e4m3 RNE saturating", "libdevice.exp")  # fmt: skip
+           "bf16 comparisons, min/max, negation", "fp32->e4m3 RNE saturating", "libdevice.exp",
+           "bf16 constants")  # fmt: skip
 E4M3_MAX = 448.0
 _ABSENT = object()
 _state = threading.local()
@@ -168,6 +171,11 @@ class _Patches:
             return self.cast_impl(self.cast_impl(src, tl.float32), dst_type)
         return self.original["create_fp_to_fp"](src, dst_type, rounding_mode)
 
+    def get_bf16(self, value):
+        """A bf16 constant (``0.5 * x`` with ``x`` bf16): the fp32 value rounded to nearest even.
+        Triton 3.6's interpreter has no ``get_bf16`` at all (an AttributeError); 3.9's truncates."""
+        return self.cast_impl(self.builder.get_fp32(value), self.tl.bfloat16)
+
     @staticmethod
     def libdevice_exp(arg0, _semantic=None):
         import triton.language as tl
@@ -250,6 +258,7 @@ def cpu_mode(repairs: bool = True):
             (p.builder, "binary_op", p.binary_op),
             (p.builder, "unary_op", p.unary_op),
             (p.builder, "create_fp_to_fp", p.create_fp_to_fp),
+            (p.builder, "get_bf16", p.get_bf16),
             (p.libdevice, "exp", p.libdevice_exp),
         ]
     snap = p.snapshot()
@@ -308,6 +317,7 @@ def _saved_values(patches):
         (p.builder, "binary_op"): _ABSENT,
         (p.builder, "unary_op"): _ABSENT,
         (p.builder, "create_fp_to_fp"): _ABSENT,
+        (p.builder, "get_bf16"): _ABSENT,
         (p.libdevice, "exp"): p.original["libdevice_exp"],
     }
     for obj, name, _ in patches:
