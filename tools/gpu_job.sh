@@ -50,7 +50,11 @@
 # one call to a lent machine may run at most 10 minutes, run it as three calls at the same
 # commit, back to back on the warm machine: STEPS=tests,sanitize,bitwise,fusion,notebooks (about
 # 8-9 minutes), bench,decode (about 9) and serving,moe,silufp8 (about 9); each call returns its own
-# log and tarball (notebook06 alone if a call ran out of time in its last phase).
+# log and tarball (notebook06 alone if a call ran out of time in its last phase). Measured at
+# 93ff008 (data/logs/gpu_job_h200_93ff008_*.log): phase 2 with the sanitizers did not end within a
+# 600 s call, and `tests` alone took 435 s; run `sanitize` in a call of its own. A lent machine's
+# copy of the tree may carry a stale .git: pass INKLING_GIT_COMMIT=<commit> so the records and
+# logs name the commit they ran at.
 set -uo pipefail
 OUT_DIR=${1:-${OUT:-build/gpu_job}}
 STEPS=${2:-bench,serving,decode,moe,silufp8,tests,sanitize,bitwise,fusion,notebooks}
@@ -77,8 +81,11 @@ run() {
   shift
   local t0=$SECONDS
   echo "--- $name: start $(stamp)" >>"$WORK/$name.log"
-  "$@" >>"$WORK/$name.log" 2>&1
-  local rc=$?
+  # each line also goes, prefixed by the step's name, to $OUT_DIR/steps_live.log: a call stopped at
+  # its time limit still returns what every step had printed (the per-step logs are shown at the
+  # end of each phase only)
+  "$@" 2>&1 | tee -a "$WORK/$name.log" | sed -u "s/^/[$name] /" >>"$OUT_DIR/steps_live.log"
+  local rc=${PIPESTATUS[0]}
   echo "--- $name: exit $rc after $((SECONDS - t0)) s" >>"$WORK/$name.log"
   echo "$name $rc $((SECONDS - t0))" >>"$WORK/status"
   return 0
