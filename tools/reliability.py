@@ -26,6 +26,9 @@ README = ROOT / "docs" / "results.md"  # the document holding the reliability ta
 # The GPU job logs the table reports, newest first: (file in data/logs/, what it was). Each is parsed
 # the same way (its `=== <step>` sections and its summary); nothing in the table is typed by hand.
 LOGS = [
+    ("gpu_job_h200_403c0ab_smoke.log", "the GPU job's checks, call 3: timing tests, measurement smoke, notebook 06"),
+    ("gpu_job_h200_403c0ab_sanitize.log", "the GPU job's checks, call 2: sanitizers over the whole kernel test files"),
+    ("gpu_job_h200_ae739eb_call1.log", "the GPU job's checks, call 1: tests, bitwise, fusion (one failure: the job's own race)"),
     ("gpu_job_h200_e8e64d1_tests.log", "the GPU job, tests and sanitizers after experiment AF (scale store, loads)"),
     ("gpu_job_h200_08c814b_tests.log", "the GPU job, tests and sanitizers after the shorter sigmoid (AC)"),
     ("gpu_job_h200_526be54_tests.log", "the GPU job, tests and sanitizers after the packed work-list lookup"),
@@ -55,8 +58,9 @@ def log_sections(text: str) -> dict[str, str]:
 
 
 def _count(pattern: str, text: str) -> int | None:
-    m = re.search(pattern, text, flags=re.M)
-    return int(m.group(1)) if m else None
+    """The sum over every match (a memcheck step runs several pytest processes, one summary each)."""
+    found = re.findall(pattern, text, flags=re.M)
+    return sum(int(x) for x in found) if found else None
 
 
 def step_counts(body: str) -> dict:
