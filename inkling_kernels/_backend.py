@@ -292,6 +292,9 @@ def uses_interpreter(device: torch.device) -> bool:
 #: The interpreter ignores the option (it runs the source lines in numpy).
 COMPILE_OPTIONS = {"enable_fp_fusion": True}
 
+#: element offsets at or past this need the kernels' int64 index arithmetic (their ``INT64`` switch)
+INT32_LIMIT = 2**31
+
 
 def kernel_constexprs(kernel) -> tuple[str, ...]:
     """The names of ``kernel``'s ``tl.constexpr`` parameters, in order, from its Python signature:

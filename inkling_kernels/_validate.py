@@ -25,6 +25,8 @@ def meta_allowed():
 
 
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+#: :data:`FLOAT_DTYPES` with their element sizes: the hot paths' dtype check, one dict lookup
+ELEMENT_SIZE = {torch.bfloat16: 2, torch.float16: 2, torch.float32: 4}
 ACT_DTYPES_FP4 = (torch.bfloat16, torch.float16)
 
 

@@ -38,7 +38,7 @@ import torch
 from . import nvfp4 as _nvfp4
 from . import silu_and_mul as _silu
 from ._library import register_op
-from ._nvfp4_checks import _check_fused_args
+from .nvfp4 import _check_fused_args
 from .reference import NVFP4_BLOCK
 
 

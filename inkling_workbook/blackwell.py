@@ -338,7 +338,8 @@ def _as_capability(cc: int):
 def plan(case: Case, cc: int) -> tuple[object, tuple, dict, int, bool]:
     """``(kernel, args, kwargs, elements a program, straight-line)`` of ``case`` on a GPU of
     compute capability ``cc``: the captured launch with the compiled path's choices."""
-    from inkling_kernels import _backend, _fp8_launch, nvfp4
+    from inkling_kernels import _backend, nvfp4
+    from inkling_kernels.fp8 import _launch as _fp8_launch
 
     kernel, args, kwargs = capture(case.call)
     kwargs = {**_backend.COMPILE_OPTIONS, **kwargs}

@@ -35,7 +35,8 @@ import triton
 import triton.language as tl
 
 from inkling_kernels import _backend
-from inkling_kernels.silu_and_mul import _silu_mul, launch_config, silu_and_mul
+from inkling_kernels._activation import _silu_mul
+from inkling_kernels.silu_and_mul import launch_config, silu_and_mul
 
 from . import provenance
 

@@ -1,5 +1,5 @@
 """The NVFP4 kernel's two e2m1 roundings proved equal, on the CPU: the software rounding
-(``inkling_kernels.nvfp4._e2m1_code``, every GPU without the instruction and the interpreter)
+(``inkling_kernels._nvfp4_kernel._e2m1_code``, every GPU without the instruction and the interpreter)
 against ``cvt.rn.satfinite.e2m1x2.f32`` as the PTX ISA defines it (compute capability 10.x-12.x).
 
 The PTX ISA, "Data Movement and Conversion Instructions: cvt"

@@ -2,7 +2,7 @@
 helpers: each counts, over every input the kernel can meet, where a compiled fast path of
 :mod:`inkling_kernels.fp8` differs from the plain one (0 is the claim), with a ``_perturb`` switch
 so a test can see each counter count. They run the library's own jit helpers
-(``inkling_kernels._fp8_format``, ``_silu_mul``), so they prove what the kernel executes.
+(``inkling_kernels.fp8._format``, ``_silu_mul``), so they prove what the kernel executes.
 
 * :func:`e4m3_paths_mismatches`: hardware e4m3 conversion against the integer rounding, all 2**32 fp32.
 * :func:`sigmoid_paths_mismatches`: the compiled sigmoid forms against ``tl.sigmoid``, all 2**32 fp32.
@@ -18,7 +18,9 @@ import triton
 import triton.language as tl
 
 from inkling_kernels import _backend
-from inkling_kernels._fp8_format import (
+from inkling_kernels._activation import _silu_mul
+from inkling_kernels._validate import check_tensor
+from inkling_kernels.fp8._format import (
     _div_by_scale,
     _e4m3_hw,
     _e4m3_signed,
@@ -27,10 +29,8 @@ from inkling_kernels._fp8_format import (
     _recip_split_fast,
     _scale_fast,
 )
-from inkling_kernels._fp8_launch import _hw_e4m3
-from inkling_kernels._validate import check_tensor
+from inkling_kernels.fp8._launch import _hw_e4m3
 from inkling_kernels.reference import FP8_EPS
-from inkling_kernels.silu_and_mul import _silu_mul
 
 #: ``division_mismatches``' methods: the Markstein correction (the kernel's division before the
 #: split reciprocal; kept here for comparison) and the split reciprocal the kernel runs

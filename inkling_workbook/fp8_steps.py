@@ -31,27 +31,7 @@ import triton
 import triton.language as tl
 
 from inkling_kernels import _backend
-
-# library helpers: the package's jit helpers and launch rules that the steps adopt (one import
-# block, so a move of these names inside the package is fixed here only)
-from inkling_kernels._fp8_format import (  # library helpers
-    _bf16_round,
-    _div_by_scale,
-    _e4m3_hw,
-    _e4m3_signed,
-    _group_scale,
-    _warp_group_max,
-)
-from inkling_kernels._fp8_kernel import _store_b32, _work_counts  # library helpers
-from inkling_kernels._fp8_launch import (  # library helpers
-    DECODE_ROWS,
-    _kernel_flags,
-    _launch_config,
-    _pair_words,
-    _redux_aligned,
-    _warp_redux_ok,
-)
-from inkling_kernels._fp8_layout import _canonical_scales  # library helpers
+from inkling_kernels._activation import _silu_mul  # library helpers
 from inkling_kernels.fp8 import (  # library helpers
     ACT_INTERLEAVED,
     ACT_NON_INTERLEAVED,
@@ -59,8 +39,28 @@ from inkling_kernels.fp8 import (  # library helpers
     empty_scales,
     silu_and_mul_fp8_group_quant,
 )
+
+# library helpers: the package's jit helpers and launch rules that the steps adopt (one import
+# block, so a move of these names inside the package is fixed here only)
+from inkling_kernels.fp8._format import (  # library helpers
+    _bf16_round,
+    _div_by_scale,
+    _e4m3_hw,
+    _e4m3_signed,
+    _group_scale,
+    _warp_group_max,
+)
+from inkling_kernels.fp8._kernel import _store_b32, _work_counts  # library helpers
+from inkling_kernels.fp8._launch import (  # library helpers
+    DECODE_ROWS,
+    _kernel_flags,
+    _launch_config,
+    _pair_words,
+    _redux_aligned,
+    _warp_redux_ok,
+)
+from inkling_kernels.fp8._layout import _canonical_scales  # library helpers
 from inkling_kernels.reference import fp8_group_quant_ref
-from inkling_kernels.silu_and_mul import _silu_mul  # library helpers
 
 from . import provenance
 

@@ -26,7 +26,7 @@ from inkling_kernels.nvfp4 import default_blockscale_offsets, silu_and_mul_nvfp4
 # The modules, not the functions of the same name that the package exports.
 _nvfp4 = importlib.import_module("inkling_kernels.nvfp4")
 _silu = importlib.import_module("inkling_kernels.silu_and_mul")
-_fp8 = importlib.import_module("inkling_kernels._fp8_launch")
+_fp8 = importlib.import_module("inkling_kernels.fp8._launch")
 
 
 def _per_call_us(fn, calls: int, rounds: int) -> float:

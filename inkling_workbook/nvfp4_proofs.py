@@ -1,5 +1,5 @@
 """The NVFP4 format tests' helpers: the kernels' fp32 -> e4m3 scale rounding
-(``inkling_kernels.nvfp4._e4m3_round``) on any fp32 tensor, to check it against torch exhaustively;
+(``inkling_kernels._nvfp4_kernel._e4m3_round``) on any fp32 tensor, to check it against torch exhaustively;
 the kernels' e2m1 packing of fp32 pairs, in software (``_e2m1_code``) or by the hardware conversion
 (``_e2m1x2_hw``, compiled on compute capability 10.x-12.x only), to check them against each other
 and against :mod:`inkling_workbook.e2m1_proof`'s model of the PTX instruction."""
@@ -11,8 +11,8 @@ import triton
 import triton.language as tl
 
 from inkling_kernels import _backend
+from inkling_kernels._nvfp4_kernel import _e2m1_code, _e2m1x2_hw, _e4m3_round
 from inkling_kernels._validate import check_tensor
-from inkling_kernels.nvfp4 import _e2m1_code, _e2m1x2_hw, _e4m3_round
 
 
 @triton.jit

@@ -1,7 +1,7 @@
 """The port of the interleaved ``silu_and_mul`` step by step: from a naive Triton kernel to the
 package's, one technique a step, each step a real kernel with its own launcher.
 
-Every step computes with :func:`inkling_kernels.silu_and_mul._silu_mul` (the one operation
+Every step computes with :func:`inkling_kernels._activation._silu_mul` (the one operation
 order) and multiplies the optional per-row weight last, then rounds once at the store, so every
 step is bitwise equal to :func:`inkling_kernels.silu_and_mul` (``tests/test_port_steps.py``):
 the techniques change how fast the bits arrive, never the bits. The last step is the package's
@@ -41,7 +41,9 @@ import triton
 import triton.language as tl
 
 from inkling_kernels import _backend
-from inkling_kernels.silu_and_mul import INT32_LIMIT, _silu_mul, launch_config, silu_and_mul
+from inkling_kernels._activation import _silu_mul
+from inkling_kernels._backend import INT32_LIMIT
+from inkling_kernels.silu_and_mul import launch_config, silu_and_mul
 
 from . import provenance
 

@@ -37,8 +37,8 @@ from triton.language.extra import libdevice
 
 import portcheck
 from inkling_kernels import _backend
+from inkling_kernels._backend import INT32_LIMIT
 from inkling_kernels._validate import FLOAT_DTYPES, check_no_grad, check_no_overlap, check_same_device, check_tensor
-from inkling_kernels.silu_and_mul import INT32_LIMIT
 from inkling_kernels.silu_and_mul import launch_config as _silu_launch_config
 
 OUT_DTYPE = torch.float8_e4m3fn

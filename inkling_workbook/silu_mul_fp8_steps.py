@@ -4,7 +4,7 @@ one difference a step, each step a kernel checked by portcheck against the helio
 Every step is the same naive kernel (:func:`step_kernel`: a 2-D grid of 8 x 256 tiles, masks on
 every access, int64 offsets), specialized by three compile-time flags:
 
-0. ``naive``: the first port's formula (``inkling_kernels.silu_and_mul._silu_mul``: fp32
+0. ``naive``: the first port's formula (``inkling_kernels._activation._silu_mul``: fp32
    ``g * sigmoid(g) * u``), then divided by the scale, then e4m3.
 1. ``exp_div``: silu as the original computes it, ``g / (1 + libdevice.exp(-g))``, still fp32
    throughout.
@@ -24,7 +24,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from inkling_kernels import _backend
-from inkling_kernels.silu_and_mul import _silu_mul
+from inkling_kernels._activation import _silu_mul
 
 from .silu_mul_fp8_port import OUT_DTYPE, check_args
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import HAS_CUDA, gpu_only
 
-from inkling_kernels import _backend, nvfp4
+from inkling_kernels import _backend, _nvfp4_kernel, nvfp4
 from inkling_workbook import e2m1_proof
 from inkling_workbook.nvfp4_proofs import e2m1_pack
 
@@ -71,7 +71,7 @@ def test_numpy_port_equals_the_triton_helper(domain):
 def test_nibble_order_of_the_hardware_pair():
     """PTX packs operand ``a`` into the upper nibble: the kernel passes the odd element as ``a``
     (``$2``) and the even one as ``b`` (``$1``), so element 2i lands in the low nibble as in software."""
-    src = inspect.getsource(nvfp4._e2m1x2_hw.fn)
+    src = inspect.getsource(_nvfp4_kernel._e2m1x2_hw.fn)
     assert "cvt.rn.satfinite.e2m1x2.f32 t, $2, $1;" in src and "[even, odd]" in src
     even, odd = np.meshgrid(np.arange(16), np.arange(16))
     assert np.array_equal(e2m1_proof.ptx_pack(odd, even), e2m1_proof.software_pack(even, odd))

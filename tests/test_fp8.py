@@ -11,7 +11,7 @@ from conftest import DEVICE, HAS_CUDA, gpu_only, guarded, randn
 
 import inkling_kernels as ik
 from inkling_kernels import LaunchConfig, fp8_group_quant, silu_and_mul, silu_and_mul_fp8_group_quant
-from inkling_kernels import _fp8_launch as fp8_mod
+from inkling_kernels.fp8 import _launch as fp8_mod
 from inkling_kernels.reference import (
     FLT_MAX,
     FP8_GROUP_FORMULA,
@@ -290,7 +290,7 @@ def test_interleaved_strided_and_offset_inputs(view, gen, device):
     strides: contiguous or rows padded by two elements) and views that must fall back to the bf16
     load (an odd row or expert stride, a start one element in): kernel == reference on raw bits
     either way, 3-D and 2-D, and the path taken is the one the alignment allows."""
-    from inkling_kernels._fp8_launch import _pair_words
+    from inkling_kernels.fp8._launch import _pair_words
 
     N, E, T = 256, 2, 5
     width = {"contiguous": 2 * N, "odd_row_stride": 2 * N + 1}.get(view, 2 * N + 2)
@@ -433,7 +433,7 @@ def test_masked_work_list_over_tiles_and_grids(gen, device, monkeypatch, tile, p
     there are tiles) gives the unfused bits on the rows present, the zero padding of a column-major
     buffer (T = 7 pads to 8) and the poison everywhere else; counts above T, negative and zero
     included, over E = 5 experts (the counts vector padded to 8)."""
-    from inkling_kernels import _fp8_launch as fp8_mod
+    from inkling_kernels.fp8 import _launch as fp8_mod
 
     E, T, N, mm = 5, 7, 256, [0, 3, 7, 12, -2]
     block_m, block_g = tile
@@ -475,7 +475,7 @@ def test_masked_work_list_with_weights_and_layouts(gen, device, monkeypatch, til
     on the rows present, the poison everywhere else; counts above T, negative and zero included.
     Both lookups of an item: one reduction over packed words (``_pack_bits``, taken whenever they
     fit) and the four reductions taken when they don't."""
-    from inkling_kernels import _fp8_launch as fp8_mod
+    from inkling_kernels.fp8 import _launch as fp8_mod
 
     if not packed:
         monkeypatch.setattr(fp8_mod, "_pack_bits", lambda *a: {"PACK_E_BITS": 0, "PACK_CNT_BITS": 0})
@@ -529,7 +529,7 @@ def test_work_list_pack_bits():
     (at least one), the rows present in those of T, the first item above them; taken while the
     three fit in 31 bits (a non-negative int32), else the four-reduction lookup (0, 0); never
     outside the work list."""
-    from inkling_kernels._fp8_launch import _pack_bits
+    from inkling_kernels.fp8._launch import _pack_bits
 
     assert _pack_bits(True, 8, 256, 256, 2, 3) == {"PACK_E_BITS": 3, "PACK_CNT_BITS": 9}  # + 12 bits of items
     assert _pack_bits(True, 1, 1, 4, 1, 1) == {"PACK_E_BITS": 1, "PACK_CNT_BITS": 1}
@@ -550,7 +550,7 @@ def test_launch_heuristic_decode_cap_and_work_list_threshold(monkeypatch):
     them: experiment H), on a grid of what the GPU holds at once; otherwise one program per slot,
     grid (slots, E)."""
     from inkling_kernels import _backend
-    from inkling_kernels import _fp8_launch as fp8_mod
+    from inkling_kernels.fp8 import _launch as fp8_mod
 
     for G, group in ((12, 128), (24, 128), (48, 64), (8, 16)):
         bm, bg, warps = fp8_mod._launch_config(16, G, group, False)
@@ -624,7 +624,7 @@ def test_fp8_launch_key_covers_every_constexpr_and_specialization(monkeypatch):
     constexpr of the kernel in its order, and what Triton specializes on of each runtime argument;
     a change to any of them is a new key (a new compiled program), nothing else is."""
     from inkling_kernels import _backend
-    from inkling_kernels import _fp8_launch as fp8_mod
+    from inkling_kernels.fp8 import _launch as fp8_mod
 
     assert fp8_mod._CONSTEXPRS == tuple(p.name for p in fp8_mod._fp8_group_kernel.params if p.is_constexpr)
     consts = {name: i for i, name in enumerate(fp8_mod._CONSTEXPRS)} | {"num_warps": 4, "launch_pdl": True}
@@ -685,7 +685,7 @@ def test_gpu_thin_launch_path_equals_tritons(gen):
     first call; its launches (2-D grids of tiles x experts included) write the same bits as the
     same calls through ``kernel[grid]`` (forced by a Triton launch hook), and as the unfused pair."""
     from inkling_kernels import _backend
-    from inkling_kernels import _fp8_launch as fp8_mod
+    from inkling_kernels.fp8 import _launch as fp8_mod
 
     E, T, N = 4, 40, 768
     gateup = randn((E, T, 2 * N), torch.bfloat16, gen, "cuda")
@@ -724,7 +724,7 @@ def test_occupancy_of_a_program():
     """Programs an SM holds (``_occupancy``, the work list's grid) on an H200's limits (65,536
     registers, 2,048 threads, 228 KB of shared memory an SM): registers allocated 256 a warp, 1 KB
     of shared memory reserved a program, at most 32 programs."""
-    from inkling_kernels._fp8_launch import _occupancy
+    from inkling_kernels.fp8._launch import _occupancy
 
     h200 = (65536, 2048, 228 * 1024)
     # 4-warp programs: the work list's 48 registers hold 10, the slot program's 40 hold 12 (both
@@ -745,7 +745,7 @@ def test_gpu_work_list_packed_at_its_31_bit_limit(gen, monkeypatch):
     sets the top bit of its field) and one bit past it (N = 768: 2 + 13 + 17, the four-reduction
     lookup): both give the unfused bits on the rows present and leave the poison elsewhere, with
     row-major and column-major scales."""
-    from inkling_kernels import _fp8_launch as fp8_mod
+    from inkling_kernels.fp8 import _launch as fp8_mod
 
     launched = []
     launch = fp8_mod._launch_kernel
@@ -782,7 +782,7 @@ def test_gpu_work_list_grid_is_what_the_gpu_holds(gen, monkeypatch):
     compiled kernel the launch returns), compiles that program once for the question (Triton's
     cache serves the launch), and asks again only for a new key; the unfused bits on the rows
     present, the poison elsewhere."""
-    from inkling_kernels import _fp8_launch as fp8_mod
+    from inkling_kernels.fp8 import _launch as fp8_mod
 
     launched = []
     launch = fp8_mod._launch_kernel
@@ -1099,7 +1099,7 @@ def test_gpu_work_list_first_call_inside_a_graph_capture(gen, monkeypatch):
     (group 64, N = 448, UE8M0, column-major scales, weights, interleaved), called for the first time
     inside a CUDA graph capture: the occupancy query compiles and loads the program there. The
     graph replays bitwise equal to eager calls, and again after new values and counts are copied in."""
-    from inkling_kernels import _fp8_launch as fp8_mod
+    from inkling_kernels.fp8 import _launch as fp8_mod
 
     monkeypatch.setattr(fp8_mod, "_PROGRAMS_AN_SM", {})
     monkeypatch.setattr(fp8_mod, "_resident_programs", lambda device, interpreted: 16)  # the work list here
@@ -1347,7 +1347,7 @@ def test_gpu_kernel_switches_do_not_move_a_bit(gen, interleaved):
     (``div_rn``, Triton's exp and casts, shuffles), at prefill and decode sizes, on data with the
     edge values: zeros of both signs, +-Inf, NaN, subnormals, huge and tiny rows, groups of NaN
     only and of +Inf only."""
-    from inkling_kernels import _fp8_launch as fp8_mod
+    from inkling_kernels.fp8 import _launch as fp8_mod
 
     # N = 1536: 12 groups, so decode programs hold 4 groups, one a warp (WARP_REDUX applies)
     gateup = randn((67, 2 * 1536), torch.bfloat16, gen, "cuda", scale=3.0)
@@ -1521,7 +1521,7 @@ def test_warp_redux_guard():
     """The launches that may take the group maximum with one redux.sync a warp: decode tiles of
     128-element groups, 128 elements a warp, and a load that lays a group out over one warp (not
     interleaved pairs split in registers)."""
-    from inkling_kernels import _fp8_launch as fp8_mod
+    from inkling_kernels.fp8 import _launch as fp8_mod
 
     def ok(*args, aligned=True):
         return fp8_mod._warp_redux_ok(*args, aligned)
@@ -1562,7 +1562,7 @@ def test_gpu_warp_redux_on_every_layout_it_is_allowed(gen, dtype, interleaved, h
     maximum wherever its guard allows it) against the same launch with WARP_REDUX and FAST_SCALE
     off: the same bits. With the guard forced open, interleaved fp32 pairs (split in registers)
     must differ: the comparison can fail."""
-    from inkling_kernels import _fp8_launch as fp8_mod
+    from inkling_kernels.fp8 import _launch as fp8_mod
 
     gateup = _layout_inputs(dtype, interleaved, how, gen)
     saved_flags, saved_ok = fp8_mod._kernel_flags, fp8_mod._warp_redux_ok

@@ -14,9 +14,9 @@ import pytest
 import torch
 from conftest import DEVICE, gpu_only, guarded, poisoned, randn
 
-from inkling_kernels import _fp8_launch as fp8_launch
 from inkling_kernels import fp8_group_quant, silu_and_mul, silu_and_mul_fp8_group_quant
 from inkling_kernels.fp8 import SCALE_LAYOUTS, empty_scales
+from inkling_kernels.fp8 import _launch as fp8_launch
 from inkling_kernels.reference import (
     FP8_SCALE_LAYOUT_FORMULA,
     FP8_SCALE_LAYOUTS,
@@ -343,8 +343,8 @@ def test_each_layout_compiles_for_sm90(layout, N, warp_redux):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from inkling_kernels import _fp8_kernel
     from inkling_kernels.fp8 import ACT_INTERLEAVED
+    from inkling_kernels.fp8 import _kernel as _fp8_kernel
 
     jit = _fp8_kernel._fp8_group_kernel
     consts = dict(

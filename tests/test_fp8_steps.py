@@ -10,8 +10,9 @@ import triton
 import triton.language as tl
 from conftest import gpu_only
 
-from inkling_kernels import _fp8_launch, fp8_group_quant, silu_and_mul, silu_and_mul_fp8_group_quant
+from inkling_kernels import fp8_group_quant, silu_and_mul, silu_and_mul_fp8_group_quant
 from inkling_kernels.fp8 import ACT_NON_INTERLEAVED
+from inkling_kernels.fp8 import _launch as _fp8_launch
 from inkling_kernels.reference import fp8_group_quant_ref
 from inkling_workbook import fp8_steps
 from inkling_workbook.fp8_steps import CPU_CASES, GPU_CASES, Case
@@ -182,7 +183,9 @@ def _package_redux_layout(unaligned: str) -> str:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from inkling_kernels import _fp8_kernel, _fp8_launch, fp8
+    from inkling_kernels import fp8
+    from inkling_kernels.fp8 import _kernel as _fp8_kernel
+    from inkling_kernels.fp8 import _launch as _fp8_launch
 
     jit = _fp8_kernel._fp8_group_kernel
     consts = dict(N=1536, GROUP=128, ACT=fp8.ACT_NON_INTERLEAVED, HAS_WEIGHT=False, HAS_MASK=False, UE8M0=False,

@@ -10,7 +10,7 @@ from conftest import DEVICE, guarded
 
 import inkling_kernels as ik
 from inkling_kernels import reference
-from inkling_kernels._fp8_layout import empty_scales
+from inkling_kernels.fp8._layout import empty_scales
 from inkling_workbook import harness
 
 U8, F8 = torch.uint8, torch.float8_e4m3fn

@@ -18,7 +18,8 @@ from triton.runtime.jit import JITFunction
 
 import inkling_kernels as ik
 from inkling_kernels import _backend, max_blockscale_rows
-from inkling_kernels.nvfp4 import default_blockscale_offsets, nvfp4_quant_kernel
+from inkling_kernels._nvfp4_kernel import nvfp4_quant_kernel
+from inkling_kernels.nvfp4 import default_blockscale_offsets
 from inkling_kernels.reference import bits_equal, padded_blockscale_offsets
 
 SILU_MOD = __import__("importlib").import_module("inkling_kernels.silu_and_mul")

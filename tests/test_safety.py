@@ -9,7 +9,8 @@ from conftest import DEVICE, guarded
 
 import inkling_kernels as ik
 from inkling_kernels import _backend, reference
-from inkling_kernels.nvfp4 import ACT_NONE, nvfp4_quant_kernel
+from inkling_kernels._nvfp4_kernel import nvfp4_quant_kernel
+from inkling_kernels.nvfp4 import ACT_NONE
 
 U8 = torch.uint8
 

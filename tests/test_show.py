@@ -4,7 +4,7 @@ from inkling_workbook import show
 
 
 def test_source_sends_the_style_sheet_once(monkeypatch):
-    from inkling_kernels import _fp8_format as fp8
+    from inkling_kernels.fp8 import _format as fp8
 
     monkeypatch.setattr(show, "_STYLED", set())
     first = show.source(fp8._e4m3_signed)._repr_html_()

@@ -22,8 +22,8 @@ import time
 
 import torch
 
-from inkling_kernels import _fp8_launch as fp8_mod
 from inkling_kernels import fp8 as fp8_ops
+from inkling_kernels.fp8 import _launch as fp8_mod
 
 
 def _per_call_us(fn, calls: int = 20000, rounds: int = 7) -> float:

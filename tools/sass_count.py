@@ -24,7 +24,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from inkling_kernels import _fp8_kernel as fp8_mod
+from inkling_kernels.fp8 import _kernel as fp8_mod
 from portcheck.code import registers, sass_opcodes
 
 INTS = ["stride_xe", "stride_xm", "stride_qe", "stride_qm", "stride_we", "stride_wm", "stride_se", "stride_sm"]

@@ -45,7 +45,9 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from inkling_kernels import _backend  # noqa: E402
-from inkling_kernels.silu_and_mul import INT32_LIMIT, _silu_mul, launch_config, silu_and_mul  # noqa: E402
+from inkling_kernels._activation import _silu_mul  # noqa: E402
+from inkling_kernels._backend import INT32_LIMIT  # noqa: E402
+from inkling_kernels.silu_and_mul import launch_config, silu_and_mul  # noqa: E402
 
 
 @triton.jit(do_not_specialize=["M"])

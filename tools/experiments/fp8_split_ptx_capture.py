@@ -22,7 +22,7 @@ from inkling_kernels import _backend
 from inkling_workbook import fp_fusion
 
 try:
-    L = importlib.import_module("inkling_kernels._fp8_launch")
+    L = importlib.import_module("inkling_kernels.fp8._launch")
 except ImportError:
     L = importlib.import_module("inkling_kernels.fp8")
 

@@ -25,8 +25,8 @@ import triton
 import triton.language as tl
 
 from inkling_kernels import silu_and_mul
+from inkling_kernels._activation import _silu_mul
 from inkling_kernels.reference import bits_equal
-from inkling_kernels.silu_and_mul import _silu_mul
 from inkling_workbook import bench, provenance
 
 

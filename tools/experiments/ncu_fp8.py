@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 
-from inkling_kernels import fp8 as fp8_mod
-from inkling_kernels.fp8 import empty_scales
+from inkling_kernels.fp8 import _launch as fp8_mod
+from inkling_kernels.fp8 import empty_scales, silu_and_mul_fp8_group_quant
 from inkling_workbook import fp8_bench, provenance
 
 
@@ -39,7 +39,7 @@ def _four_reductions(*a):
 
 
 def main(argv: list[str]) -> int:
-    op = fp8_mod.silu_and_mul_fp8_group_quant
+    op = silu_and_mul_fp8_group_quant
     E, T, N = 8, 256, 3072
     gateup = torch.randn((E, T, 2 * N), device="cuda").bfloat16()
     out = (

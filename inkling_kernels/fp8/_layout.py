@@ -1,79 +1,23 @@
-"""The FP8 ops' output layouts and argument checks (:mod:`inkling_kernels.fp8`): the scale
-tensor's shape, strides and storage, ``out`` validation, overlap checks."""
+"""The FP8 format's shapes and the argument checks built on them, shared by both FP8 ops and read
+once (a leaf: it calls nothing of the ops' path, only ``inkling_kernels._validate``): the e4m3
+dtype and group sizes, the scale layouts (names, shape, strides, storage, allocation), ``out``
+validation and overlap checks."""
 
 from __future__ import annotations
 
 import torch
 
-from ._validate import check_tensor
+from .._validate import check_tensor
 
 FP8_DTYPE = torch.float8_e4m3fn
+
 GROUP_SIZES = (16, 32, 64, 128, 256, 512, 1024)
-
-
-def _round_up(v, m: int):
-    return (v + m - 1) // m * m
-
-
-def _check_flag(name: str, value) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-
-
-def _check_group_size(group_size, N: int, what: str) -> int:
-    if isinstance(group_size, bool) or not isinstance(group_size, int):
-        raise TypeError(f"group_size must be an int, got {type(group_size).__name__}")
-    if group_size not in GROUP_SIZES:
-        raise ValueError(f"group_size must be a power of two in {GROUP_SIZES}, got {group_size}")
-    if N == 0 or N % group_size:
-        raise ValueError(
-            f"{what} must be a positive multiple of group_size={group_size} (whole groups only), got N={N}"
-        )
-    return N // group_size
-
-
-def _span(t: torch.Tensor) -> tuple[int, int]:
-    """[first byte, last byte + 1) of the memory a tensor's elements occupy."""
-    ptr = t.data_ptr()
-    if t.numel() == 0:
-        return (ptr, ptr)
-    last = 0
-    for size, stride in zip(t.shape, t.stride()):
-        last += (size - 1) * stride
-    size = t.element_size()
-    return ptr + min(0, last) * size, ptr + (max(0, last) + 1) * size
-
-
-def _self_overlapping(t: torch.Tensor) -> bool:
-    """Whether two elements of ``t`` share memory (dims ordered by stride, each must clear the last)."""
-    dims = sorted((st, sz) for sz, st in zip(t.shape, t.stride(), strict=True) if sz > 1)
-    extent = 1
-    for st, sz in dims:
-        if st < extent:
-            return True
-        extent = st * sz
-    return False
-
-
-def _canonical_scales(scales: torch.Tensor, lead, G: int, layout) -> bool:
-    """Whether ``scales`` is laid out exactly as the op allocates it, padding storage included:
-    then (column-major layouts) the kernel also zero-fills the padding rows. Any other
-    non-overlapping layout (e.g. a copy torch.compile made) gets the values only. ``layout``: a
-    name of :data:`SCALE_LAYOUTS` (or a bool, ``column_major_scales``)."""
-    shape, strides, storage = _scale_shape(tuple(lead), G, layout)
-    if any(sz > 1 and st != want for sz, st, want in zip(shape, scales.stride(), strides, strict=True)):
-        return False
-    return scales.untyped_storage().nbytes() // scales.element_size() - scales.storage_offset() >= storage
-
-
-def _meet(a: tuple[int, int], b: tuple[int, int]) -> bool:
-    """Whether two memory spans (``_span``, on one device) share a byte."""
-    return a[0] < b[1] and b[0] < a[1]
-
 
 #: the scale layouts of the FP8 ops (``scale_layout=``), named by their consumer
 #: (:data:`inkling_kernels.reference.FP8_SCALE_LAYOUT_FORMULA`)
 SCALE_LAYOUTS = ("row", "tma", "cublas", "ue8m0_packed")
+
+
 #: the kernel's ``SCALE_LAYOUT`` constexpr for each layout
 _LAYOUT_CODE = {"row": 0, "tma": 0, "cublas": 1, "ue8m0_packed": 2}
 
@@ -110,6 +54,10 @@ def _row_multiple(layout) -> int:
     columns, what TMA reads), 16 for ``"cublas"`` (``torch._scaled_mm`` wants every dimension of
     its second operand divisible by 16, so q^T [K, Mp] passes in either operand order)."""
     return 16 if _layout_name(layout) == "cublas" else 4
+
+
+def _round_up(v, m: int):
+    return (v + m - 1) // m * m
 
 
 def _q_lead(lead: tuple[int, ...], layout) -> tuple[int, ...]:
@@ -151,6 +99,56 @@ def empty_scales(lead, G: int, layout, device) -> torch.Tensor:
     if len(lead) == 1:
         return torch.empty((cols, rp), dtype=dtype, device=device).t()[:keep]
     return torch.empty((lead[0], cols, rp), dtype=dtype, device=device).transpose(1, 2)[:, :keep]
+
+
+def _fake_outputs(lead, N, group_size, column_major_scales, scale_layout, device):
+    """Empty ``(q, scales)`` as an op returns them (the fake implementations: shapes only)."""
+    layout = _resolve_layout(scale_layout, column_major_scales)
+    q = torch.empty((*_q_lead(lead, layout), N), dtype=FP8_DTYPE, device=device)
+    return q, empty_scales(lead, N // group_size, layout, device)
+
+
+def _canonical_scales(scales: torch.Tensor, lead, G: int, layout) -> bool:
+    """Whether ``scales`` is laid out exactly as the op allocates it, padding storage included:
+    then (column-major layouts) the kernel also zero-fills the padding rows. Any other
+    non-overlapping layout (e.g. a copy torch.compile made) gets the values only. ``layout``: a
+    name of :data:`SCALE_LAYOUTS` (or a bool, ``column_major_scales``)."""
+    shape, strides, storage = _scale_shape(tuple(lead), G, layout)
+    if any(sz > 1 and st != want for sz, st, want in zip(shape, scales.stride(), strides, strict=True)):
+        return False
+    return scales.untyped_storage().nbytes() // scales.element_size() - scales.storage_offset() >= storage
+
+
+def _check_tensor_nd(name: str, t, dtypes) -> None:
+    check_tensor(name, t, dtypes=dtypes)
+    if t.dim() not in (2, 3):
+        raise ValueError(f"{name} must be 2-D [M, ...] or 3-D [E, T, ...], got shape {tuple(t.shape)}")
+
+
+def _check_rows(name: str, t: torch.Tensor) -> None:
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{name} must have unit stride in its last dimension, got strides {t.stride()}")
+    if t.shape[-2] > 1 and t.stride(-2) < t.shape[-1]:
+        raise ValueError(f"{name} rows overlap: row stride {t.stride(-2)} < row length {t.shape[-1]}")
+    if t.dim() == 3 and t.shape[0] > 1 and t.stride(0) < t.shape[1] * t.stride(1):
+        raise ValueError(f"{name} experts overlap: strides {t.stride()}")
+
+
+def _check_flag(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+
+
+def _check_group_size(group_size, N: int, what: str) -> int:
+    if isinstance(group_size, bool) or not isinstance(group_size, int):
+        raise TypeError(f"group_size must be an int, got {type(group_size).__name__}")
+    if group_size not in GROUP_SIZES:
+        raise ValueError(f"group_size must be a power of two in {GROUP_SIZES}, got {group_size}")
+    if N == 0 or N % group_size:
+        raise ValueError(
+            f"{what} must be a positive multiple of group_size={group_size} (whole groups only), got N={N}"
+        )
+    return N // group_size
 
 
 def _check_inputs_no_grad(**named) -> None:
@@ -225,16 +223,29 @@ def _check_out(out, lead, N: int, G: int, layout, device, inputs: dict, memory: 
     return q, scales
 
 
-def _check_rows(name: str, t: torch.Tensor) -> None:
-    if t.shape[-1] > 1 and t.stride(-1) != 1:
-        raise ValueError(f"{name} must have unit stride in its last dimension, got strides {t.stride()}")
-    if t.shape[-2] > 1 and t.stride(-2) < t.shape[-1]:
-        raise ValueError(f"{name} rows overlap: row stride {t.stride(-2)} < row length {t.shape[-1]}")
-    if t.dim() == 3 and t.shape[0] > 1 and t.stride(0) < t.shape[1] * t.stride(1):
-        raise ValueError(f"{name} experts overlap: strides {t.stride()}")
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """[first byte, last byte + 1) of the memory a tensor's elements occupy."""
+    ptr = t.data_ptr()
+    if t.numel() == 0:
+        return (ptr, ptr)
+    last = 0
+    for size, stride in zip(t.shape, t.stride()):
+        last += (size - 1) * stride
+    size = t.element_size()
+    return ptr + min(0, last) * size, ptr + (max(0, last) + 1) * size
 
 
-def _check_tensor_nd(name: str, t, dtypes) -> None:
-    check_tensor(name, t, dtypes=dtypes)
-    if t.dim() not in (2, 3):
-        raise ValueError(f"{name} must be 2-D [M, ...] or 3-D [E, T, ...], got shape {tuple(t.shape)}")
+def _meet(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether two memory spans (``_span``, on one device) share a byte."""
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def _self_overlapping(t: torch.Tensor) -> bool:
+    """Whether two elements of ``t`` share memory (dims ordered by stride, each must clear the last)."""
+    dims = sorted((st, sz) for sz, st in zip(t.shape, t.stride(), strict=True) if sz > 1)
+    extent = 1
+    for st, sz in dims:
+        if st < extent:
+            return True
+        extent = st * sz
+    return False

@@ -1,38 +1,153 @@
-"""The FP8 per-token-group kernel of :mod:`inkling_kernels.fp8`: one tile (activation, group
-maximum, scale, e4m3 bytes, scales) and the kernel over the tiles (a program per tile slot, or the
-masked layout's work list)."""
+"""The FP8 per-token-group kernel of :mod:`inkling_kernels.fp8`, read after :mod:`._launch`, top-down:
+the kernel over the tiles (a program per tile slot, or the masked layout's work list), then one
+tile (activation, group maximum, scale, e4m3 bytes, scales) and its load and store helpers. The
+activation is ``_silu_mul`` (:mod:`inkling_kernels._activation`), the format's arithmetic the jit
+helpers of :mod:`._format`."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from ._fp8_format import _bf16_round, _div_by_scale, _e4m3_hw, _e4m3_signed, _group_scale, _warp_group_max
-from .silu_and_mul import _silu_mul
+from .._activation import _silu_mul
+from ._format import _bf16_round, _div_by_scale, _e4m3_hw, _e4m3_signed, _group_scale, _warp_group_max
 
 ACT_NONE, ACT_INTERLEAVED, ACT_NON_INTERLEAVED = 0, 1, 2
 
 
-@triton.jit
-def _load(ptr, mask, MASKED: tl.constexpr):
-    """``tl.load(ptr, mask=mask, other=0)`` where ``MASKED``, else ``tl.load(ptr)``."""
-    if MASKED:
-        return tl.load(ptr, mask=mask, other=0)
-    return tl.load(ptr)
+@triton.jit(do_not_specialize=["T", "T_PAD", "E"])
+def _fp8_group_kernel(
+    x_ptr,  # ACT_NONE: x[E, T, N]; otherwise gateup[E, T, 2N] in the layout ACT names
+    w_ptr,  # [E, T] per-row weights (fused path only, HAS_WEIGHT)
+    masked_m_ptr,  # [E] rows present per expert (HAS_MASK)
+    q_ptr,  # [E, T, N] e4m3 bytes (a uint8 view of the float8_e4m3fn output)
+    s_ptr,  # fp32 scales; element (e, t, g) at e * stride_se + t * stride_sm + g * stride_sg
+    T,  # rows per expert (M for 2-D inputs)
+    T_PAD,  # rows of the scale buffer per expert: T, or round_up(T, 4) for column-major scales
+    stride_xe,
+    stride_xm,
+    stride_qe,
+    stride_qm,
+    stride_we,
+    stride_wm,
+    stride_se,
+    stride_sm,
+    stride_sg,
+    E,  # experts (HAS_MASK; else 1)
+    N: tl.constexpr,  # activation width, a multiple of GROUP
+    GROUP: tl.constexpr,  # group size, a power of two
+    ACT: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    UE8M0: tl.constexpr,
+    BLOCK_M: tl.constexpr,  # rows a program
+    BLOCK_G: tl.constexpr,  # groups a program
+    E_POW2: tl.constexpr,  # HAS_MASK: next power of two >= E
+    WORK_LIST: tl.constexpr,  # HAS_MASK: a grid-sized work list instead of a program per tile slot
+    PACK_E_BITS: tl.constexpr,  # WORK_LIST, > 0: the lookup over packed words (``_pack_bits``)
+    PACK_CNT_BITS: tl.constexpr,
+    INT64: tl.constexpr,
+    USE_PDL: tl.constexpr,
+    HW: tl.constexpr,  # compiled on sm_89+: hardware e4m3 conversion and fp32 max; else integer ops
+    SPLIT_DIV: tl.constexpr,  # compiled, 16-bit: y / s by the split reciprocal; else div_rn
+    PAIR_WORDS: tl.constexpr,  # interleaved 16-bit pairs 4-byte aligned: read as 32-bit words
+    FTZ_EXP: tl.constexpr,  # compiled: the sigmoid in fewer instructions, same bits (``_silu_mul``)
+    BF16_BITS: tl.constexpr,  # compiled, bf16: widen and round on the bits (same values)
+    FAST_SCALE: tl.constexpr,  # compiled, decode: scale and reciprocal without div_rn (same bits)
+    WARP_REDUX: tl.constexpr,  # compiled, one warp a group of 128: the group max by redux.sync
+    SCALE_ASM: tl.constexpr,  # compiled: the scales stored by inline PTX from their own layout
+    PAD_ROWS: tl.constexpr,  # T_PAD > T: padding scale rows to zero (and masked loads)
+    # 0: fp32 scales at the strides given (row / tma); 1 ("cublas"): also q's padding rows
+    # [T, T_PAD) as zero bytes; 2 ("ue8m0_packed"): exponent bytes packed four to an int32 word
+    SCALE_LAYOUT: tl.constexpr = 0,
+):
+    G: tl.constexpr = N // GROUP
+    G_TILES: tl.constexpr = (G + BLOCK_G - 1) // BLOCK_G
+    if USE_PDL:
+        # everything below may read what the previous kernel wrote (masked_m included)
+        tl.extra.cuda.gdc_wait()
+    if HAS_MASK and WORK_LIST:
+        # A work list over the tiles that hold a present row (or a padding scale row to zero),
+        # expert after expert, shared out over a grid sized to the GPU: the time follows the
+        # rows present, not E x T (an empty tile is never visited). Every program reads the E
+        # counts itself, so nothing is read back on the host.
+        eo, cnt, rt, tiles, ends, total = _work_counts(masked_m_ptr, E, T, T_PAD, BLOCK_M, G_TILES, E_POW2)
+        pad_lo = T // BLOCK_M  # row tiles holding a padding row: [pad_lo, pad_hi)
+        t = tl.program_id(0)
+        if PACK_E_BITS > 0:
+            # an expert's number, rows present and first item in one word: one reduction a lookup.
+            # The item's expert is the last with its first item at or before t, the largest such
+            # word (its first item in the top bits; an expert with no items shares its first item
+            # with the next and, with no rows present, sorts below it)
+            packed = ((ends - tiles) << (PACK_E_BITS + PACK_CNT_BITS)) | (cnt << PACK_E_BITS) | eo
+        while t < total:  # a while loop: the interpreter cannot take tensor range bounds
+            if PACK_E_BITS > 0:
+                word = tl.max(tl.where((packed >> (PACK_E_BITS + PACK_CNT_BITS)) <= t, packed, 0), 0)
+                e = word & ((1 << PACK_E_BITS) - 1)
+                n_e = (word >> PACK_E_BITS) & ((1 << PACK_CNT_BITS) - 1)
+                local = t - (word >> (PACK_E_BITS + PACK_CNT_BITS))
+                rt_e = (n_e + BLOCK_M - 1) // BLOCK_M
+            else:
+                e = tl.sum((ends <= t).to(tl.int32), 0)
+                sel = eo == e
+                local = t - tl.sum(tl.where(sel, ends - tiles, 0), 0)
+                rt_e = tl.sum(tl.where(sel, rt, 0), 0)
+                n_e = tl.sum(tl.where(sel, cnt, 0), 0)
+            j = local // G_TILES
+            pid_m = j
+            if PAD_ROWS:
+                pid_m = tl.where(j < rt_e, j, tl.maximum(rt_e, pad_lo) + (j - rt_e))
+            _fp8_group_tile(
+                e, pid_m, local % G_TILES, n_e,
+                x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
+                stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
+                N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, SPLIT_DIV, PAIR_WORDS, FTZ_EXP,
+                BF16_BITS, FAST_SCALE, WARP_REDUX, SCALE_ASM, PAD_ROWS, SCALE_LAYOUT,
+            )  # fmt: skip
+            t += tl.num_programs(0)
+    else:
+        # one program per tile slot; masked, a program whose rows are all absent (and hold no
+        # padding scale row) returns at once: cheaper than the work list until the slots are
+        # several times what the GPU holds at once
+        pid = tl.program_id(0)
+        e = tl.program_id(1)
+        n_rows = T
+        run = True
+        if HAS_MASK:
+            n_rows = tl.minimum(tl.maximum(tl.load(masked_m_ptr + e), 0), T).to(tl.int32)
+            first = (pid // G_TILES) * BLOCK_M
+            run = first < n_rows
+            if PAD_ROWS:
+                # the last tile zeroes the padding scale rows [T, T_PAD) whatever the count (with
+                # masked loads); without padding rows it would read a row of an expert with none
+                run = run | ((first + BLOCK_M > T) & (first < T_PAD))
+        if run:
+            _fp8_group_tile(
+                e, pid // G_TILES, pid % G_TILES, n_rows,
+                x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
+                stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
+                N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, SPLIT_DIV, PAIR_WORDS, FTZ_EXP,
+                BF16_BITS, FAST_SCALE, WARP_REDUX, SCALE_ASM, PAD_ROWS, SCALE_LAYOUT,
+            )  # fmt: skip
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 @triton.jit
-def _store_b32(ptr, bits, mask):
-    """``tl.store(ptr, bits, mask=mask)`` of 32-bit words as one predicated ``st.global.b32`` an
-    element, in the layout ``bits`` already has (compiled only: PTX)."""
-    tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p st.global.b32 [$1], $3; mov.b32 $0, 0; }",
-        "=r,l,r,r",
-        [ptr, mask.to(tl.int32), bits],
-        dtype=tl.int32,
-        is_pure=False,
-        pack=1,
-    )
+def _work_counts(masked_m_ptr, E, T, T_PAD, BLOCK_M: tl.constexpr, G_TILES: tl.constexpr, E_POW2: tl.constexpr):
+    """The masked work list over the experts' counts: each expert's rows present (clamped to
+    [0, T]), row tiles holding a present row, items listed (those row tiles, and the tiles holding
+    a padding scale row only, times the group tiles), the running end of the items and their total."""
+    eo = tl.arange(0, E_POW2)
+    # clamped in the counts' own width, then narrowed: an int64 count past 2**32 must not wrap
+    cnt = tl.load(masked_m_ptr + eo, mask=eo < E, other=0)
+    cnt = tl.minimum(tl.maximum(cnt, 0), T).to(tl.int32)
+    rt = (cnt + BLOCK_M - 1) // BLOCK_M  # row tiles holding a present row
+    pad_lo = T // BLOCK_M  # row tiles holding a padding row: [pad_lo, pad_hi)
+    pad_hi = (T_PAD + BLOCK_M - 1) // BLOCK_M
+    extra = tl.where((T_PAD > T) & (eo < E), tl.maximum(pad_hi - tl.maximum(rt, pad_lo), 0), 0)
+    tiles = (rt + extra) * G_TILES
+    return eo, cnt, rt, tiles, tl.cumsum(tiles, 0), tl.sum(tiles, 0)
 
 
 @triton.jit
@@ -223,135 +338,22 @@ def _fp8_group_tile(
 
 
 @triton.jit
-def _work_counts(masked_m_ptr, E, T, T_PAD, BLOCK_M: tl.constexpr, G_TILES: tl.constexpr, E_POW2: tl.constexpr):
-    """The masked work list over the experts' counts: each expert's rows present (clamped to
-    [0, T]), row tiles holding a present row, items listed (those row tiles, and the tiles holding
-    a padding scale row only, times the group tiles), the running end of the items and their total."""
-    eo = tl.arange(0, E_POW2)
-    # clamped in the counts' own width, then narrowed: an int64 count past 2**32 must not wrap
-    cnt = tl.load(masked_m_ptr + eo, mask=eo < E, other=0)
-    cnt = tl.minimum(tl.maximum(cnt, 0), T).to(tl.int32)
-    rt = (cnt + BLOCK_M - 1) // BLOCK_M  # row tiles holding a present row
-    pad_lo = T // BLOCK_M  # row tiles holding a padding row: [pad_lo, pad_hi)
-    pad_hi = (T_PAD + BLOCK_M - 1) // BLOCK_M
-    extra = tl.where((T_PAD > T) & (eo < E), tl.maximum(pad_hi - tl.maximum(rt, pad_lo), 0), 0)
-    tiles = (rt + extra) * G_TILES
-    return eo, cnt, rt, tiles, tl.cumsum(tiles, 0), tl.sum(tiles, 0)
+def _load(ptr, mask, MASKED: tl.constexpr):
+    """``tl.load(ptr, mask=mask, other=0)`` where ``MASKED``, else ``tl.load(ptr)``."""
+    if MASKED:
+        return tl.load(ptr, mask=mask, other=0)
+    return tl.load(ptr)
 
 
-@triton.jit(do_not_specialize=["T", "T_PAD", "E"])
-def _fp8_group_kernel(
-    x_ptr,  # ACT_NONE: x[E, T, N]; otherwise gateup[E, T, 2N] in the layout ACT names
-    w_ptr,  # [E, T] per-row weights (fused path only, HAS_WEIGHT)
-    masked_m_ptr,  # [E] rows present per expert (HAS_MASK)
-    q_ptr,  # [E, T, N] e4m3 bytes (a uint8 view of the float8_e4m3fn output)
-    s_ptr,  # fp32 scales; element (e, t, g) at e * stride_se + t * stride_sm + g * stride_sg
-    T,  # rows per expert (M for 2-D inputs)
-    T_PAD,  # rows of the scale buffer per expert: T, or round_up(T, 4) for column-major scales
-    stride_xe,
-    stride_xm,
-    stride_qe,
-    stride_qm,
-    stride_we,
-    stride_wm,
-    stride_se,
-    stride_sm,
-    stride_sg,
-    E,  # experts (HAS_MASK; else 1)
-    N: tl.constexpr,  # activation width, a multiple of GROUP
-    GROUP: tl.constexpr,  # group size, a power of two
-    ACT: tl.constexpr,
-    HAS_WEIGHT: tl.constexpr,
-    HAS_MASK: tl.constexpr,
-    UE8M0: tl.constexpr,
-    BLOCK_M: tl.constexpr,  # rows a program
-    BLOCK_G: tl.constexpr,  # groups a program
-    E_POW2: tl.constexpr,  # HAS_MASK: next power of two >= E
-    WORK_LIST: tl.constexpr,  # HAS_MASK: a grid-sized work list instead of a program per tile slot
-    PACK_E_BITS: tl.constexpr,  # WORK_LIST, > 0: the lookup over packed words (``_pack_bits``)
-    PACK_CNT_BITS: tl.constexpr,
-    INT64: tl.constexpr,
-    USE_PDL: tl.constexpr,
-    HW: tl.constexpr,  # compiled on sm_89+: hardware e4m3 conversion and fp32 max; else integer ops
-    SPLIT_DIV: tl.constexpr,  # compiled, 16-bit: y / s by the split reciprocal; else div_rn
-    PAIR_WORDS: tl.constexpr,  # interleaved 16-bit pairs 4-byte aligned: read as 32-bit words
-    FTZ_EXP: tl.constexpr,  # compiled: the sigmoid in fewer instructions, same bits (``_silu_mul``)
-    BF16_BITS: tl.constexpr,  # compiled, bf16: widen and round on the bits (same values)
-    FAST_SCALE: tl.constexpr,  # compiled, decode: scale and reciprocal without div_rn (same bits)
-    WARP_REDUX: tl.constexpr,  # compiled, one warp a group of 128: the group max by redux.sync
-    SCALE_ASM: tl.constexpr,  # compiled: the scales stored by inline PTX from their own layout
-    PAD_ROWS: tl.constexpr,  # T_PAD > T: padding scale rows to zero (and masked loads)
-    # 0: fp32 scales at the strides given (row / tma); 1 ("cublas"): also q's padding rows
-    # [T, T_PAD) as zero bytes; 2 ("ue8m0_packed"): exponent bytes packed four to an int32 word
-    SCALE_LAYOUT: tl.constexpr = 0,
-):
-    G: tl.constexpr = N // GROUP
-    G_TILES: tl.constexpr = (G + BLOCK_G - 1) // BLOCK_G
-    if USE_PDL:
-        # everything below may read what the previous kernel wrote (masked_m included)
-        tl.extra.cuda.gdc_wait()
-    if HAS_MASK and WORK_LIST:
-        # A work list over the tiles that hold a present row (or a padding scale row to zero),
-        # expert after expert, shared out over a grid sized to the GPU: the time follows the
-        # rows present, not E x T (an empty tile is never visited). Every program reads the E
-        # counts itself, so nothing is read back on the host.
-        eo, cnt, rt, tiles, ends, total = _work_counts(masked_m_ptr, E, T, T_PAD, BLOCK_M, G_TILES, E_POW2)
-        pad_lo = T // BLOCK_M  # row tiles holding a padding row: [pad_lo, pad_hi)
-        t = tl.program_id(0)
-        if PACK_E_BITS > 0:
-            # an expert's number, rows present and first item in one word: one reduction a lookup.
-            # The item's expert is the last with its first item at or before t, the largest such
-            # word (its first item in the top bits; an expert with no items shares its first item
-            # with the next and, with no rows present, sorts below it)
-            packed = ((ends - tiles) << (PACK_E_BITS + PACK_CNT_BITS)) | (cnt << PACK_E_BITS) | eo
-        while t < total:  # a while loop: the interpreter cannot take tensor range bounds
-            if PACK_E_BITS > 0:
-                word = tl.max(tl.where((packed >> (PACK_E_BITS + PACK_CNT_BITS)) <= t, packed, 0), 0)
-                e = word & ((1 << PACK_E_BITS) - 1)
-                n_e = (word >> PACK_E_BITS) & ((1 << PACK_CNT_BITS) - 1)
-                local = t - (word >> (PACK_E_BITS + PACK_CNT_BITS))
-                rt_e = (n_e + BLOCK_M - 1) // BLOCK_M
-            else:
-                e = tl.sum((ends <= t).to(tl.int32), 0)
-                sel = eo == e
-                local = t - tl.sum(tl.where(sel, ends - tiles, 0), 0)
-                rt_e = tl.sum(tl.where(sel, rt, 0), 0)
-                n_e = tl.sum(tl.where(sel, cnt, 0), 0)
-            j = local // G_TILES
-            pid_m = j
-            if PAD_ROWS:
-                pid_m = tl.where(j < rt_e, j, tl.maximum(rt_e, pad_lo) + (j - rt_e))
-            _fp8_group_tile(
-                e, pid_m, local % G_TILES, n_e,
-                x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
-                stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
-                N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, SPLIT_DIV, PAIR_WORDS, FTZ_EXP,
-                BF16_BITS, FAST_SCALE, WARP_REDUX, SCALE_ASM, PAD_ROWS, SCALE_LAYOUT,
-            )  # fmt: skip
-            t += tl.num_programs(0)
-    else:
-        # one program per tile slot; masked, a program whose rows are all absent (and hold no
-        # padding scale row) returns at once: cheaper than the work list until the slots are
-        # several times what the GPU holds at once
-        pid = tl.program_id(0)
-        e = tl.program_id(1)
-        n_rows = T
-        run = True
-        if HAS_MASK:
-            n_rows = tl.minimum(tl.maximum(tl.load(masked_m_ptr + e), 0), T).to(tl.int32)
-            first = (pid // G_TILES) * BLOCK_M
-            run = first < n_rows
-            if PAD_ROWS:
-                # the last tile zeroes the padding scale rows [T, T_PAD) whatever the count (with
-                # masked loads); without padding rows it would read a row of an expert with none
-                run = run | ((first + BLOCK_M > T) & (first < T_PAD))
-        if run:
-            _fp8_group_tile(
-                e, pid // G_TILES, pid % G_TILES, n_rows,
-                x_ptr, w_ptr, q_ptr, s_ptr, T, T_PAD,
-                stride_xe, stride_xm, stride_qe, stride_qm, stride_we, stride_wm, stride_se, stride_sm, stride_sg,
-                N, GROUP, ACT, HAS_WEIGHT, UE8M0, BLOCK_M, BLOCK_G, INT64, HW, SPLIT_DIV, PAIR_WORDS, FTZ_EXP,
-                BF16_BITS, FAST_SCALE, WARP_REDUX, SCALE_ASM, PAD_ROWS, SCALE_LAYOUT,
-            )  # fmt: skip
-    if USE_PDL:
-        tl.extra.cuda.gdc_launch_dependents()
+@triton.jit
+def _store_b32(ptr, bits, mask):
+    """``tl.store(ptr, bits, mask=mask)`` of 32-bit words as one predicated ``st.global.b32`` an
+    element, in the layout ``bits`` already has (compiled only: PTX)."""
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p st.global.b32 [$1], $3; mov.b32 $0, 0; }",
+        "=r,l,r,r",
+        [ptr, mask.to(tl.int32), bits],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
