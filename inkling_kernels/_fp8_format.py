@@ -1,7 +1,7 @@
 """The FP8 e4m3 format's jit helpers for :mod:`inkling_kernels.fp8`: the rounding to e4m3 (hardware
 and integer), the group scale and its reciprocal, the division by the scale, the warp-wide group
 maximum and the bf16 rounding on the bits. Why each is exact is said where it is defined; the
-exhaustive GPU checks live in ``inkling_workbook.fp8_proofs``."""
+exhaustive GPU checks live in ``inkling_workbook.proofs.fp8_proofs``."""
 
 from __future__ import annotations
 

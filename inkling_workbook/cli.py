@@ -11,14 +11,14 @@ from pathlib import Path
 
 import torch
 
-from . import provenance
+from inkling_workbook.measure import provenance
 
 DATA = provenance.REPO_ROOT / "data"
 FIGURES = provenance.REPO_ROOT / "figures"
 
 
 def _check(args) -> int:
-    from . import harness
+    from inkling_workbook.ports.silu_and_mul import harness
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     kind = "quick" if args.quick else ("gpu" if device.type == "cuda" else "cpu")
@@ -53,7 +53,7 @@ def _check(args) -> int:
 
 
 def _bench(args) -> int:
-    from . import bench
+    from inkling_workbook.measure import bench
 
     bench.require_gpu()
     out = args.out or (DATA / f"bench_{provenance.device_slug()}.csv")
@@ -65,7 +65,7 @@ def _bench(args) -> int:
 
 
 def _serving(args) -> int:
-    from . import bench, serving_bench
+    from inkling_workbook.measure import bench, serving_bench
 
     bench.require_gpu()
     out = args.out or (DATA / f"serving_{provenance.device_slug()}.json")
@@ -76,7 +76,8 @@ def _serving(args) -> int:
 
 
 def _steps(args) -> int:
-    from . import bench, port_steps
+    from inkling_workbook.measure import bench
+    from inkling_workbook.ports.silu_and_mul import port_steps
 
     bench.require_gpu()
     csv_path, meta_path = port_steps.measure_steps(args.out)
@@ -85,7 +86,8 @@ def _steps(args) -> int:
 
 
 def _fp8_steps(args) -> int:
-    from . import bench, fp8_steps
+    from inkling_workbook.fp8_steps import kernels as fp8_steps
+    from inkling_workbook.measure import bench
 
     device = torch.device(args.device)
     if device.type != "cuda":
@@ -100,7 +102,7 @@ def _fp8_steps(args) -> int:
 
 
 def _fusion(args) -> int:
-    from . import fp_fusion
+    from inkling_workbook.proofs import fp_fusion
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     matrix = args.matrix or ("gpu" if device.type == "cuda" else "cpu")
@@ -113,12 +115,12 @@ def _fusion(args) -> int:
 
 
 def _moe_layer(args) -> int:
-    from . import moe_layer
+    from inkling_workbook.moe import layer as moe_layer
 
     if args.cpu_smoke:
         doc = moe_layer.run(args.out, Ms=(8,), device="cpu", progress=not args.no_progress)
     else:
-        from . import bench
+        from inkling_workbook.measure import bench
 
         bench.require_gpu()
         Ms = tuple(int(m) for m in args.ms.split(",")) if args.ms else moe_layer.GPU_MS
@@ -130,7 +132,7 @@ def _moe_layer(args) -> int:
 
 
 def _figures(args) -> int:
-    from . import plots
+    from inkling_workbook.publish import plots
 
     written = plots.draw_all(Path(args.data), Path(args.out))
     for p in written:
@@ -145,7 +147,7 @@ def _figures(args) -> int:
 
 
 def _results(args) -> int:
-    from . import results
+    from inkling_workbook.publish import results
 
     root, data = Path(args.root), Path(args.data) if args.data else None
     if args.check:
@@ -159,7 +161,7 @@ def _results(args) -> int:
 
 
 def _decode(args) -> int:
-    from . import bench, decode_baselines
+    from inkling_workbook.measure import bench, decode_baselines
 
     bench.require_gpu()
     csv_path, json_path, rows = decode_baselines.run(args.out, budget_s=args.budget_s)
@@ -169,7 +171,8 @@ def _decode(args) -> int:
 
 
 def _silu_mul_fp8(args) -> int:
-    from . import bench, silu_mul_fp8_bench
+    from inkling_workbook.measure import bench
+    from inkling_workbook.ports.silu_mul_fp8 import bench as silu_mul_fp8_bench
 
     bench.require_gpu()
     parts = silu_mul_fp8_bench.PARTS if args.part == "all" else (args.part,)

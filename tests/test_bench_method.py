@@ -1,10 +1,10 @@
-"""The timing method of the benchmark (inkling_workbook.bench): its bookkeeping on any machine,
+"""The timing method of the benchmark (inkling_workbook.measure.bench): its bookkeeping on any machine,
 and on the GPU the property it exists for: a graph's size does not move the per-call time."""
 
 import pytest
 from conftest import gpu_only
 
-from inkling_workbook import bench
+from inkling_workbook.measure import bench
 
 
 def test_spread_is_replay_quartiles_for_one_pass_and_pass_medians_for_several():
@@ -56,7 +56,7 @@ def test_hostbench_binds_the_modules_and_refuses_on_cpu():
     (it failed on the H200 on 2026-11-30 when it held the function)."""
     import torch
 
-    from inkling_workbook import hostbench
+    from inkling_workbook.measure import hostbench
 
     assert hostbench._silu.__name__ == "inkling_kernels.silu_and_mul"
     assert hostbench._nvfp4.__name__ == "inkling_kernels.nvfp4"
@@ -89,7 +89,7 @@ def test_fp8_targets_on_a_small_sweep():
     """FP8 targets from a hand-made sweep (the masked case reads the T column, not a row's .T)."""
     import pandas as pd
 
-    from inkling_workbook import plots
+    from inkling_workbook.publish import plots
 
     base = {"op": "silu_and_mul_fp8", "l2": "warm", "column_major_scales": False, "scale_ue8m0": False}
     rows = []
@@ -185,7 +185,7 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
     COMPILE_DRAWS fresh compilations (the draws here cost 3, 1, 2, 4 us: draw 1 is timed)."""
     import contextlib
 
-    from inkling_workbook import fp8_bench
+    from inkling_workbook.measure import fp8_bench
 
     seeds, checked, timers, fresh = [], [], [], []
     draw_us = (3.0, 1.0, 2.0, 4.0)
@@ -334,7 +334,7 @@ def test_fp8_repeat_is_found_by_the_published_commit(tmp_path):
 
     import pandas as pd
 
-    from inkling_workbook import plots
+    from inkling_workbook.publish import plots
 
     csv = tmp_path / "fp8_bench_h200.csv"
     pd.DataFrame([{"case": "x", "median_us": 1.0}]).to_csv(csv, index=False)
@@ -355,7 +355,7 @@ def test_clock_sampler_windows():
     import shutil
     import time
 
-    from inkling_workbook import provenance
+    from inkling_workbook.measure import provenance
 
     with provenance.ClockSampler(period_ms=20) as sampler:
         for _ in range(3):
@@ -376,7 +376,7 @@ def test_masked_row_cost_reads_its_spread_and_names_a_tie():
     ties are throughout the workbook); with a repeat, the repeat's ratios are quoted too."""
     import pandas as pd
 
-    from inkling_workbook import plots
+    from inkling_workbook.publish import plots
 
     base = {"op": "silu_and_mul_fp8", "l2": "warm", "column_major_scales": False, "scale_ue8m0": False}
 

@@ -13,8 +13,8 @@ from conftest import gpu_only
 from inkling_kernels import _fp8_launch, fp8_group_quant, silu_and_mul, silu_and_mul_fp8_group_quant
 from inkling_kernels.fp8 import ACT_NON_INTERLEAVED
 from inkling_kernels.reference import fp8_group_quant_ref
-from inkling_workbook import fp8_steps
-from inkling_workbook.fp8_steps import CPU_CASES, GPU_CASES, Case
+from inkling_workbook.fp8_steps import kernels as fp8_steps
+from inkling_workbook.fp8_steps.kernels import CPU_CASES, GPU_CASES, Case
 
 
 @pytest.mark.parametrize("case", CPU_CASES, ids=lambda c: c.name)
@@ -241,7 +241,7 @@ def test_launcher_takes_the_redux_only_on_aligned_tensors(monkeypatch):
 def test_every_step_compiles_for_sm90_with_the_gpu_switches(monkeypatch):
     """The compiled-only paths (the interpreter never takes them) pass Triton's compiler: each step's
     launch on two cases, with every switch the H200 gets, compiled for sm_90 on the CPU."""
-    from inkling_workbook import fp_fusion
+    from inkling_workbook.proofs import fp_fusion
 
     def sm90_flags(device, dtype, interpreted):
         sixteen = dtype in (torch.bfloat16, torch.float16)

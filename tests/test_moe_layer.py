@@ -1,4 +1,4 @@
-"""The MoE layer of notebook 08 (``inkling_workbook.moe_layer``): routing and grouping invariants,
+"""The MoE layer of notebook 08 (``inkling_workbook.moe.layer``): routing and grouping invariants,
 fused == unfused bit for bit inside the layer, each variant's error against the float64 layer
 under the bound its formats give, the FP8 GEMM2 against its dequantized operands, the CLI's
 record on a CPU dry run; on a GPU, the ``torch._scaled_mm`` and ``torch._grouped_mm`` paths."""
@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import gpu_only
 
-from inkling_workbook import moe_layer as ml
+from inkling_workbook.moe import layer as ml
 
 SHAPE = ml.CPU_SHAPE  # E=4, k=2, H=256, N=256
 M = 8
@@ -288,7 +288,7 @@ def _synthetic_captures() -> dict:
 
 
 def test_tables_conclusions_and_figures_from_a_record(tmp_path):
-    from inkling_workbook import plots
+    from inkling_workbook.publish import plots
 
     ml.run(tmp_path, Ms=(8,), device="cpu", progress=False)
     doc = _synthetic_record(ml.load_record(tmp_path / "data" / "moe_layer_cpu.json"))
@@ -350,7 +350,7 @@ def test_tables_conclusions_and_figures_from_a_record(tmp_path):
 def test_moe_layer_figure_shows_times_in_us_and_the_ratios_around_one():
     """The layer figure: a column per layout; on top each variant's layer time in us, below the two
     verdict ratios with their spread and the line at 1.0 they are read against."""
-    from inkling_workbook import plots
+    from inkling_workbook.publish import plots
 
     doc = {"layouts": list(ml.LAYOUTS), "variants": list(ml.VARIANTS), "shape": SHAPE,
            "provenance": {"device": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0"}, "rows": []}  # fmt: skip
@@ -409,7 +409,7 @@ class _StandInTimer:
 
     @staticmethod
     def time_interleaved(timers, passes):
-        from inkling_workbook.bench import Timing
+        from inkling_workbook.measure.bench import Timing
 
         return {k: Timing.from_passes([[1.0 + i, 1.1 + i]] * passes, t.reps) for i, (k, t) in enumerate(timers.items())}
 

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from inkling_workbook import plots
+from inkling_workbook.publish import plots
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
@@ -111,7 +111,7 @@ def test_recorded_lookup_finds_the_nearest_recorded_shape_and_names_what_is_miss
     import pandas as pd
     import pytest
 
-    from inkling_workbook import plots
+    from inkling_workbook.publish import plots
 
     rows = []
     for M in (1, 16, 4096, 49152):

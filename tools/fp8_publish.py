@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from inkling_workbook import bench, provenance
+from inkling_workbook.measure import bench, provenance
 
 
 def main(argv: list[str]) -> int:

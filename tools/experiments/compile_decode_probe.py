@@ -22,7 +22,7 @@ from pathlib import Path
 
 
 def child(out: str) -> None:
-    from inkling_workbook import bench, fp8_bench
+    from inkling_workbook.measure import bench, fp8_bench
 
     bench.warm_clocks()
     res = {}
@@ -49,7 +49,7 @@ def main(argv: list[str]) -> int:
         return 2
     from tqdm.auto import tqdm
 
-    from inkling_workbook import provenance
+    from inkling_workbook.measure import provenance
 
     doc = {"provenance": provenance.collect(["tools/compile_decode_probe.py", *argv]), "processes": []}
     for _ in tqdm(range(int(argv[1]) if len(argv) > 1 else 6), desc="fresh processes"):

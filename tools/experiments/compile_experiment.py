@@ -34,7 +34,7 @@ def child(mode: str) -> dict:
     import torch
 
     from inkling_kernels import silu_and_mul
-    from inkling_workbook import bench, provenance
+    from inkling_workbook.measure import bench, provenance
 
     bench._configure_dynamo()
     kw = {"dynamic": False}
@@ -80,7 +80,7 @@ def main(argv: list[str]) -> int:
     if args.child:
         print(json.dumps(child(args.child)))
         return 0
-    from inkling_workbook import provenance
+    from inkling_workbook.measure import provenance
 
     out = Path(args.out)
     with out.open("a") as f:

@@ -156,7 +156,7 @@ def tile_of(v: Variant, M: int, N: int, interleaved: bool) -> tuple[int, int, in
         c = launch_config(M, N)
         return c.BLOCK_M, c.BLOCK_N, c.num_warps
     if v.tile == "sglang":
-        from inkling_workbook.decode_baselines import sglang_config
+        from inkling_workbook.measure.decode_baselines import sglang_config
 
         c = sglang_config(N, interleaved)
         return c.BLOCK_M, c.BLOCK_N, c.num_warps
@@ -259,7 +259,7 @@ def ptx_report() -> dict:
     """The port's kernel, the variant with each wait position, and the sglang-config baseline,
     compiled for sm_90 at M=1 N=768 gate||up and M=1 N=768 interleaved, PDL on."""
     from inkling_kernels.silu_and_mul import silu_and_mul_interleaved_kernel, silu_and_mul_non_interleaved_kernel
-    from inkling_workbook.decode_baselines import _sglang_config_kernel, sglang_config
+    from inkling_workbook.measure.decode_baselines import _sglang_config_kernel, sglang_config
 
     ptrs = {"gateup_ptr": "*bf16", "weight_ptr": "*bf16", "out_ptr": "*bf16"}
     report = {}
@@ -318,8 +318,8 @@ def _label(M, N, il, wt):
 def time_gpu(out_dir: Path, budget_s: float = 210.0) -> Path:
     from tqdm.auto import tqdm
 
-    from inkling_workbook import bench, provenance
-    from inkling_workbook.decode_baselines import empty_pdl_call, silu_and_mul_sglang_config
+    from inkling_workbook.measure import bench, provenance
+    from inkling_workbook.measure.decode_baselines import empty_pdl_call, silu_and_mul_sglang_config
 
     bench.require_gpu()
     t0 = time.perf_counter()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from inkling_workbook import bench, fp8_bench, provenance
+from inkling_workbook.measure import bench, fp8_bench, provenance
 
 
 def main(argv: list[str]) -> int:

@@ -9,7 +9,7 @@ with provenance under data/experiments/.
 * ``host``: host microseconds per call of a bare ``kernel[grid](...)`` launch, the public
   ``silu_and_mul(out=)``, and the same through ``torch.library.custom_op`` and through
   ``Library.define/impl``.
-* ``bench``: the quick sweep of the new timing method (``inkling_workbook.bench``), timed.
+* ``bench``: the quick sweep of the new timing method (``inkling_workbook.measure.bench``), timed.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import triton.language as tl
 from inkling_kernels import silu_and_mul
 from inkling_kernels.reference import bits_equal
 from inkling_kernels.silu_and_mul import _silu_mul
-from inkling_workbook import bench, provenance
+from inkling_workbook.measure import bench, provenance
 
 
 @triton.jit

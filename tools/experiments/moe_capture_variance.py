@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from inkling_workbook import bench, provenance
-from inkling_workbook import moe_layer as ml
+from inkling_workbook.measure import bench, provenance
+from inkling_workbook.moe import layer as ml
 
 CAPTURES = 3
 

@@ -31,7 +31,7 @@ import torch
 
 from inkling_kernels import fp8 as fp8_mod
 from inkling_kernels.fp8 import empty_scales
-from inkling_workbook import fp8_bench, provenance
+from inkling_workbook.measure import fp8_bench, provenance
 
 
 def _four_reductions(*a):

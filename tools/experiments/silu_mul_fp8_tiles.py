@@ -2,7 +2,7 @@
 borrowed from ``silu_and_mul`` (about 2048 outputs a program, 8 warps) pay for a kernel whose
 output is one byte an element?
 
-The port's kernel (``inkling_workbook.silu_mul_fp8_port.silu_mul_fp8_kernel``) with its column
+The port's kernel (``inkling_workbook.ports.silu_mul_fp8.port.silu_mul_fp8_kernel``) with its column
 tile kept (the widest power of two up to 1024 dividing N) and 2048, 4096, 8192 or 16384 outputs
 a program at 8 warps, and 4096 at 4 warps, against the helion original with its production config
 (vLLM's H100 table), at M = 2048, 8192 and 32768 rows, N = 768, 1536 and 3072, warm L2 and cold
@@ -31,10 +31,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from inkling_workbook import bench, provenance
-from inkling_workbook import silu_mul_fp8_bench as sweep
-from inkling_workbook import silu_mul_fp8_helion as helion_side
-from inkling_workbook import silu_mul_fp8_port as port_side
+from inkling_workbook.measure import bench, provenance
+from inkling_workbook.ports.silu_mul_fp8 import bench as sweep
+from inkling_workbook.ports.silu_mul_fp8 import helion as helion_side
+from inkling_workbook.ports.silu_mul_fp8 import port as port_side
 
 MS = (2048, 8192, 32768)
 NS = (768, 1536, 3072)

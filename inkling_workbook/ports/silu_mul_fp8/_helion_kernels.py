@@ -1,4 +1,4 @@
-"""The helion kernel of :mod:`inkling_workbook.silu_mul_fp8_helion` (helion needs it at module
+"""The helion kernel of :mod:`inkling_workbook.ports.silu_mul_fp8.helion` (helion needs it at module
 level: no closures). Imported only through that module, which checks that helion is installed.
 Loop-local names are distinct from every module global: helion treats module-level names used
 in a kernel as host variables.

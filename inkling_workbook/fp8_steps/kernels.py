@@ -61,8 +61,7 @@ from inkling_kernels.fp8 import (  # library helpers
 )
 from inkling_kernels.reference import fp8_group_quant_ref
 from inkling_kernels.silu_and_mul import _silu_mul  # library helpers
-
-from . import provenance
+from inkling_workbook.measure import provenance
 
 
 @dataclass(frozen=True)
@@ -663,9 +662,9 @@ def fp8_bytes(rows_present: int, N: int, group_size: int = 128) -> int:
 
 def time_steps(device="cuda", cases=TIMED_CASES, passes: int | None = None) -> list[dict]:
     """Every step and the package (PDL off, outputs preallocated) on ``cases`` with the workbook's
-    method (:mod:`inkling_workbook.bench`: CUDA-graph replay of a fixed call count, passes
+    method (:mod:`inkling_workbook.measure.bench`: CUDA-graph replay of a fixed call count, passes
     interleaved). GPU only; call :func:`bench.warm_clocks` first."""
-    from . import bench
+    from inkling_workbook.measure import bench
 
     bench.require_gpu()
     device = torch.device(device)
@@ -702,8 +701,8 @@ def time_steps(device="cuda", cases=TIMED_CASES, passes: int | None = None) -> l
 def measure_steps(out: str | Path | None = None, device="cuda", cases=None, command=None) -> tuple[Path, Path]:
     """Check every step on the GPU cases, then time them -> ``data/fp8_steps_<gpu>.csv`` and
     ``.json`` (provenance, method, steps, the bitwise summary). Under a minute on an H200."""
-    from . import bench
-    from .port_steps import write_records
+    from inkling_workbook.measure import bench
+    from inkling_workbook.ports.silu_and_mul.port_steps import write_records
 
     bench.require_gpu()
     cases = TIMED_CASES if cases is None else cases
@@ -717,7 +716,7 @@ def measure_steps(out: str | Path | None = None, device="cuda", cases=None, comm
                        "failures": [r for r in checks if not r["ok"]]}  # fmt: skip
     meta["clock_warmup"] = bench.warm_clocks()
     meta["timing"] = {
-        "method": "inkling_workbook.bench: GraphTimer (>= 100 calls, >= 1 ms a replay), time_interleaved",
+        "method": "inkling_workbook.measure.bench: GraphTimer (>= 100 calls, >= 1 ms a replay), time_interleaved",
         "rounds": bench.ROUNDS,
         "decode_passes": bench.DECODE_PASSES,
         "other_passes": bench.FP8_PASSES,

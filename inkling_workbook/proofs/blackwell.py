@@ -16,7 +16,7 @@ slow paths of ``div_rn`` follow it) divided by the elements one thread handles. 
 count of a straight-line program, so it is given only for programs without a loop or an early
 exit (not for the masked FP8 programs).
 
-    python -m inkling_workbook.blackwell OUT_DIR [--targets sm_100a,sm_120a,sm_90a]
+    python -m inkling_workbook.proofs.blackwell OUT_DIR [--targets sm_100a,sm_120a,sm_90a]
 
 writes ``OUT_DIR/compile_<target>.json`` per target.
 """
@@ -457,15 +457,17 @@ def main(argv: list[str]) -> int:
 
     import triton
 
-    from . import provenance
+    from inkling_workbook.measure import provenance
 
-    parser = argparse.ArgumentParser(prog="python -m inkling_workbook.blackwell", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m inkling_workbook.proofs.blackwell", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("out_dir")
     parser.add_argument("--targets", default="sm_100a,sm_120a,sm_90a")
     opts = parser.parse_args(argv)
     for target in opts.targets.split(","):
         cases = record_target(target)
-        prov = provenance.collect(["python", "-m", "inkling_workbook.blackwell", *argv])
+        prov = provenance.collect(["python", "-m", "inkling_workbook.proofs.blackwell", *argv])
         prov["device"] = f"{prov['device'].split(',')[0]}, compile only (no GPU)"
         prov.pop("interpreter_bf16_rounding", None)  # nothing ran in the interpreter
         doc = {

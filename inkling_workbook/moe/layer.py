@@ -669,14 +669,14 @@ def run(
     seconds) while the compile budget lasts (where fullgraph fails, the error is kept
     and ``fullgraph=False`` is compiled and timed instead). A failing variant records its error string. Writes
     ``out_dir/data/moe_layer_<device>.json`` and ``.csv``. ``timer`` (default
-    :mod:`inkling_workbook.bench`: ``GraphTimer``, ``time_interleaved``, ``warm_clocks``) and
+    :mod:`inkling_workbook.measure.bench`: ``GraphTimer``, ``time_interleaved``, ``warm_clocks``) and
     ``compile_backend`` let a CPU test run the timing code with a stand-in timer."""
     import json
     from pathlib import Path
 
     from tqdm import tqdm
 
-    from . import bench, provenance
+    from inkling_workbook.measure import bench, provenance
 
     t0 = time.perf_counter()
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -698,7 +698,7 @@ def run(
         else "CPU stand-in: dequantize both operands to fp32 and multiply (scaled_mm_standin)",
         "topk_weights": "applied in the combine (fp32 weighted sum of the k expert outputs), not in the activation",
         "timing": {
-            "method": "inkling_workbook.bench: GraphTimer (>= 100 calls, >= 1 ms a replay), time_interleaved",
+            "method": "inkling_workbook.measure.bench: GraphTimer (>= 100 calls, >= 1 ms a replay), time_interleaved",
             "rounds": bench.ROUNDS,
             "decode_passes": bench.DECODE_PASSES,
             "other_passes": bench.OTHER_PASSES,
@@ -890,7 +890,7 @@ def timing_table(doc: dict):
     unfused (a tie where the ranges overlap), FP8 fused vs bf16."""
     import pandas as pd
 
-    from .bench import ties
+    from inkling_workbook.measure.bench import ties
 
     t = {(r["layout"], r["M"], r["kind"], r["variant"]): r for r in doc["rows"]}
     out = []
@@ -949,7 +949,7 @@ def _delta(t: dict, layout: str, M: int, kind: str, a: str, b: str) -> float | N
 
 
 def _verdict(f: dict, u: dict, faster: str, slower: str) -> str:
-    from .bench import verdict
+    from inkling_workbook.measure.bench import verdict
 
     return {"tie": "tie (ranges overlap)", "win": faster, "loss": slower}[verdict(f, u)]
 
@@ -1010,7 +1010,7 @@ def capture_table(cap: dict):
     nearest and the farthest pair of captures)."""
     import pandas as pd
 
-    from .bench import ties
+    from inkling_workbook.measure.bench import ties
 
     df = pd.DataFrame(cap["rows"])
     variants = list(dict.fromkeys(df.variant))
@@ -1142,7 +1142,7 @@ def conclusions(doc: dict, captures: dict | None = None) -> list[str]:
     which decides where it covers the M), what the masked comparison includes, where FP8 beats
     bf16 (the layer time ratio fp8 fused / bf16) and where not, the fused activation's share,
     the compiled layers against eager, and the errors."""
-    from .bench import ties
+    from inkling_workbook.measure.bench import ties
 
     t = _by_key(doc)
     across = {}

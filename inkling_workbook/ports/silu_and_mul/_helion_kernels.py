@@ -1,8 +1,8 @@
 """The helion kernels themselves (helion needs them at module level: no closures).
 
 The functions are decorated by :func:`make`, once per key of the original AOT wrapper (see
-:mod:`inkling_workbook.helion_original`). Imported only through
-:mod:`inkling_workbook.helion_original`, which checks that helion is
+:mod:`inkling_workbook.ports.silu_and_mul.helion_original`). Imported only through
+:mod:`inkling_workbook.ports.silu_and_mul.helion_original`, which checks that helion is
 installed first. Loop-local names (``t_m``, ``g_f32``, ...) are distinct from every module
 global on purpose: helion treats module-level names used in a kernel as host variables.
 """

@@ -22,8 +22,8 @@ import torch
 
 import portcheck
 from inkling_kernels.silu_and_mul import silu_and_mul
-
-from . import helion_original, portcheck_cases, provenance
+from inkling_workbook.measure import provenance
+from inkling_workbook.ports.silu_and_mul import helion_original, portcheck_cases
 
 # Largest ulp distance to the same-order torch reference that a case accepts, per output dtype.
 # The kernels' sigmoid is 1 / (1 + exp2(-x * log2 e)) with ex2.approx and div.full on the GPU,
@@ -33,10 +33,10 @@ ULP_BUDGET = {"bfloat16": 1, "float16": 1, "float32": 16}
 
 PORT = "inkling_kernels:silu_and_mul"
 _PACKAGE_PORT = silu_and_mul
-HELION = "inkling_workbook.helion_original:silu_and_mul_helion"
-HELION_SM90 = "inkling_workbook.portcheck_cases:helion_sm90"
-OTHER_LAYOUT = "inkling_workbook.portcheck_cases:port_other_layout"
-REFERENCE = "inkling_workbook.portcheck_cases:same_order_reference"
+HELION = "inkling_workbook.ports.silu_and_mul.helion_original:silu_and_mul_helion"
+HELION_SM90 = "inkling_workbook.ports.silu_and_mul.portcheck_cases:helion_sm90"
+OTHER_LAYOUT = "inkling_workbook.ports.silu_and_mul.portcheck_cases:port_other_layout"
+REFERENCE = "inkling_workbook.ports.silu_and_mul.portcheck_cases:same_order_reference"
 #: the record's row fields, in the order of the printed table
 COLUMNS = ("case", "port_vs_helion", "port_vs_helion_sm90", "layouts_equal", "rerun_equal", "finite", "max_ulp_vs_ref")
 
@@ -69,7 +69,7 @@ def bitwise_record(
     cases = portcheck_cases.bitwise_cases(kind)
     port_fn = port or silu_and_mul  # looked up here: a test plants another port by monkeypatching
     port_name = PORT if port_fn is _PACKAGE_PORT else portcheck.label(port_fn)
-    spec = f"inkling_workbook.portcheck_cases:bitwise_{kind}_cases"
+    spec = f"inkling_workbook.ports.silu_and_mul.portcheck_cases:bitwise_{kind}_cases"
     reports, runs = {}, []
     for comp in comparisons(device):
         picked = [c for c in cases if comp["only"] is None or comp["only"](c)]

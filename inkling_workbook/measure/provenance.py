@@ -32,7 +32,7 @@ def find_checkout(start: str | Path | None = None) -> Path:
     for path in (here, *here.parents):
         if _is_checkout(path):
             return path
-    source = Path(__file__).resolve().parent.parent
+    source = Path(__file__).resolve().parents[2]  # inkling_workbook/measure/provenance.py
     return source if _is_checkout(source) else here
 
 
@@ -173,8 +173,7 @@ def sources_digest(commit: str | None = None, root: Path | None = None) -> str |
 def collect(command: str | list[str] | None = None) -> dict:
     """Everything a reader needs to know where a result file came from."""
     from inkling_kernels import _backend
-
-    from . import helion_original
+    from inkling_workbook.ports.silu_and_mul import helion_original
 
     if command is None:
         command = [Path(sys.argv[0]).name, *sys.argv[1:]]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from . import bench
+from inkling_workbook.measure import bench
 
 CHAIN_M = (1, 4, 16)
 CHAIN_N = 1536
@@ -98,7 +98,7 @@ def run(out) -> dict:
     """Everything above, on this GPU, into ``out`` (JSON with provenance)."""
     import json
 
-    from . import hostbench, provenance
+    from inkling_workbook.measure import hostbench, provenance
 
     doc = {"provenance": provenance.collect(), "clock_warmup": bench.warm_clocks()}
     doc["decode_chain"] = decode_chain()

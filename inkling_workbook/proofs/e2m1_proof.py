@@ -131,11 +131,11 @@ def exhaustive(chunk_bits: int = 24, progress=None) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m inkling_workbook.e2m1_proof OUT_JSON``: the exhaustive proof and its record."""
+    """``python -m inkling_workbook.proofs.e2m1_proof OUT_JSON``: the exhaustive proof and its record."""
     if len(argv) != 1:
         print(main.__doc__, file=sys.stderr)
         return 2
-    from . import provenance
+    from inkling_workbook.measure import provenance
 
     def progress(done, secs):
         if done % (1 << 28) == 0:
@@ -143,7 +143,7 @@ def main(argv: list[str]) -> int:
 
     result = exhaustive(progress=progress)
     small = compare(domain_small())
-    prov = provenance.collect(["python", "-m", "inkling_workbook.e2m1_proof", *argv])
+    prov = provenance.collect(["python", "-m", "inkling_workbook.proofs.e2m1_proof", *argv])
     prov["device"] = f"{prov['device'].split(',')[0]}, numpy (no GPU, no interpreter)"
     prov.pop("interpreter_bf16_rounding", None)
     record = {

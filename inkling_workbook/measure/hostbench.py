@@ -2,7 +2,7 @@
 
 Usage on a GPU machine::
 
-    from inkling_workbook.hostbench import measure_host_overhead
+    from inkling_workbook.measure.hostbench import measure_host_overhead
     print(measure_host_overhead())
 
 Each entry is the median over ``rounds`` of (wall time of ``calls`` back-to-back calls) / calls,

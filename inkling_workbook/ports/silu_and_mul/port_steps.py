@@ -25,7 +25,7 @@ Steps (interleaved layout ``g0 u0 g1 u1 ...``):
    (the package kernel's technique, complete).
 
 :func:`measure_steps` times every step and the package kernel with the project's method
-(:mod:`inkling_workbook.bench`: fixed-count CUDA graphs, warm clocks, passes interleaved) and
+(:mod:`inkling_workbook.measure.bench`: fixed-count CUDA graphs, warm clocks, passes interleaved) and
 writes ``data/port_steps_<gpu>.csv`` and ``.json``.
 """
 
@@ -42,8 +42,7 @@ import triton.language as tl
 
 from inkling_kernels import _backend
 from inkling_kernels.silu_and_mul import INT32_LIMIT, _silu_mul, launch_config, silu_and_mul
-
-from . import provenance
+from inkling_workbook.measure import provenance
 
 NAIVE_BLOCK_M = 8  # rows a program in steps 0-2 (and above M = 1024 in steps 3-5)
 BLOCK_N = 256  # columns a program in steps 0-5
@@ -264,7 +263,7 @@ SHAPES = [(1, 3072), (16, 3072), (4096, 3072), (49152, 3072), (49152, 768)]
 
 def row(step: str, M: int, N: int, timing, sm_clock_mhz=None) -> dict:
     """One CSV row: the step, the shape, its tile and the timing's columns (bench.Timing)."""
-    from .bench import silu_bytes
+    from inkling_workbook.measure.bench import silu_bytes
 
     index = STEP_NAMES.index(step) if step in STEP_NAMES else len(STEPS)
     cfg = launch_config(M, N)
@@ -287,7 +286,7 @@ def time_steps(shapes=SHAPES, names: list[str] | None = None, passes: int | None
     one :class:`bench.GraphTimer` per implementation on the same buffers (warm L2), passes interleaved
     across implementations (:func:`bench.time_interleaved`; decode shapes 3 passes, others 2
     unless ``passes`` is given). GPU only; call :func:`bench.warm_clocks` first."""
-    from . import bench
+    from inkling_workbook.measure import bench
 
     impls = implementations()
     names = names or list(impls)
@@ -303,7 +302,7 @@ def time_steps(shapes=SHAPES, names: list[str] | None = None, passes: int | None
 
 def write_records(rows: list[dict], meta: dict, out: str | Path) -> tuple[Path, Path]:
     """The CSV ``out`` and its provenance JSON beside it, each written atomically."""
-    from .bench import write_csv
+    from inkling_workbook.measure.bench import write_csv
 
     out = Path(out)
     write_csv(rows, out)
@@ -315,14 +314,14 @@ def write_records(rows: list[dict], meta: dict, out: str | Path) -> tuple[Path, 
 def measure_steps(out: str | Path | None = None, shapes=SHAPES, command=None) -> tuple[Path, Path]:
     """Every step and the package kernel on :data:`SHAPES`, warm L2 -> ``data/port_steps_<gpu>.csv``
     and ``.json`` (provenance, method, steps). About a minute on an H200, compiles included."""
-    from . import bench
+    from inkling_workbook.measure import bench
 
     bench.require_gpu()
     out = Path(out) if out else provenance.REPO_ROOT / "data" / f"port_steps_{provenance.device_slug()}.csv"
     meta = provenance.collect(command)
     meta["clock_warmup"] = bench.warm_clocks()
     meta["timing"] = {
-        "method": "inkling_workbook.bench: GraphTimer (>= 100 calls, >= 1 ms a replay), time_interleaved",
+        "method": "inkling_workbook.measure.bench: GraphTimer (>= 100 calls, >= 1 ms a replay), time_interleaved",
         "rounds": bench.ROUNDS,
         "decode_passes": bench.DECODE_PASSES,
         "other_passes": bench.OTHER_PASSES,

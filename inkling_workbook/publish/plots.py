@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .provenance import companion  # noqa: E402
+from inkling_workbook.measure.provenance import companion  # noqa: E402
 
 COLORS = {
     "triton": "#2CA02C",

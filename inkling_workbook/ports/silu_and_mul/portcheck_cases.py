@@ -1,9 +1,9 @@
 """portcheck's case matrices for the SiLU-and-mul port (``inkling_kernels.silu_and_mul``) against
-its helion original (``inkling_workbook.helion_original.silu_and_mul_helion``)::
+its helion original (``inkling_workbook.ports.silu_and_mul.helion_original.silu_and_mul_helion``)::
 
-    python -m portcheck inkling_workbook.helion_original:silu_and_mul_helion \\
-        inkling_kernels:silu_and_mul --cases inkling_workbook.portcheck_cases:cpu_cases \\
-        --reference inkling_workbook.portcheck_cases:reference
+    python -m portcheck inkling_workbook.ports.silu_and_mul.helion_original:silu_and_mul_helion \\
+        inkling_kernels:silu_and_mul --cases inkling_workbook.ports.silu_and_mul.portcheck_cases:cpu_cases \\
+        --reference inkling_workbook.ports.silu_and_mul.portcheck_cases:reference
 
 Each case is ``gateup [M, 2N]`` (and ``topk_weights [M]`` in the weighted cases) of one value
 class, both layouts, the output poisoned (``out=``). The helion originals need contiguous rows, so
@@ -18,7 +18,7 @@ three ways, each a portcheck comparison with the port (``inkling_kernels:silu_an
 port side: against the helion original (fixed tile), against the helion original with the sm_90
 table config (:func:`helion_sm90`, the cases whose width the table has), and against the port on
 the same gate/up data laid out in the other layout (:func:`port_other_layout`). The reference
-of the ulp budget is :func:`same_order_reference`. ``inkling_workbook.harness`` assembles the
+of the ulp budget is :func:`same_order_reference`. ``inkling_workbook.ports.silu_and_mul.harness`` assembles the
 record from the three reports.
 """
 
@@ -31,8 +31,7 @@ import torch
 import portcheck
 from inkling_kernels.reference import join_gateup, silu_and_mul_ref, split_gateup
 from inkling_kernels.silu_and_mul import silu_and_mul
-
-from . import helion_original
+from inkling_workbook.ports.silu_and_mul import helion_original
 
 
 def _out(args: tuple, kwargs: dict) -> torch.Tensor:

@@ -19,7 +19,7 @@ import json
 import re
 from pathlib import Path
 
-from . import provenance
+from inkling_workbook.measure import provenance
 
 ROOT = provenance.REPO_ROOT
 #: the documents with generated blocks, and which blocks each holds
@@ -77,7 +77,7 @@ def headline_markdown(data_dir: Path, method_link: str = "docs/results.md#how-we
     off; *rerun* marks a verdict within the drift of the sweep's repeat."""
     import pandas as pd
 
-    from . import plots
+    from inkling_workbook.publish import plots
 
     df, meta = plots.load_bench(data_dir / "bench_h200.csv")
     fp8 = pd.read_csv(data_dir / "fp8_bench_h200.csv")
@@ -239,7 +239,7 @@ def ledger_markdown(data_dir: Path) -> str:
 
 def block(name: str, data_dir: Path, doc: str = "README.md") -> str:
     """The generated block ``name`` of document ``doc`` (links are relative to it)."""
-    from . import plots
+    from inkling_workbook.publish import plots
 
     if name == "headline":
         return headline_markdown(data_dir, "docs/results.md#how-we-time" if doc == "README.md" else "#how-we-time")

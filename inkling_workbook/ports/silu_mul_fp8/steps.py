@@ -11,7 +11,7 @@ every access, int64 offsets), specialized by three compile-time flags:
 2. ``bf16_intermediates``: silu rounded to x's dtype, the product in x's dtype (two roundings
    the original makes because ``torch.nn.functional.silu`` runs on its bf16 tile).
 3. ``reciprocal``: times ``1 / scale`` instead of divided by it: the original's arithmetic
-   complete (:func:`inkling_workbook.silu_mul_fp8_port.silu_mul_fp8` has it, with its own tile).
+   complete (:func:`inkling_workbook.ports.silu_mul_fp8.port.silu_mul_fp8` has it, with its own tile).
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from triton.language.extra import libdevice
 
 from inkling_kernels import _backend
 from inkling_kernels.silu_and_mul import _silu_mul
-
-from .silu_mul_fp8_port import OUT_DTYPE, check_args
+from inkling_workbook.ports.silu_mul_fp8.port import OUT_DTYPE, check_args
 
 BLOCK_M, BLOCK_N, NUM_WARPS = 8, 256, 4
 

@@ -5,11 +5,11 @@ its production config and against ``torch.compile`` of the formula.
 Writes, under ``data/`` (``<gpu>`` is ``h200`` on an NVIDIA H200):
 
 * ``silu_mul_fp8_portcheck_<gpu>.json`` / ``.md``: the portcheck report of the port against the
-  original over :func:`inkling_workbook.silu_mul_fp8_port.gpu_cases` (raw bits, the ulp
+  original over :func:`inkling_workbook.ports.silu_mul_fp8.port.gpu_cases` (raw bits, the ulp
   histogram against the float64 reference, the generated code), with provenance and the tally of
-  every step of :mod:`inkling_workbook.silu_mul_fp8_steps` over the same cases;
+  every step of :mod:`inkling_workbook.ports.silu_mul_fp8.steps` over the same cases;
 * ``silu_mul_fp8_bench_<gpu>.csv`` and ``.json``: per shape of :func:`sweep_shapes` the median and
-  spread of each implementation (``inkling_workbook.bench.time_calls``: CUDA-graph replay of a
+  spread of each implementation (``inkling_workbook.measure.bench.time_calls``: CUDA-graph replay of a
   fixed count of calls, passes interleaved), the bits of the timed outputs compared with the
   original's, and the provenance.
 
@@ -28,11 +28,10 @@ from pathlib import Path
 import torch
 
 import portcheck
-
-from . import provenance
-from . import silu_mul_fp8_helion as helion_side
-from . import silu_mul_fp8_port as port_side
-from . import silu_mul_fp8_steps as steps
+from inkling_workbook.measure import provenance
+from inkling_workbook.ports.silu_mul_fp8 import helion as helion_side
+from inkling_workbook.ports.silu_mul_fp8 import port as port_side
+from inkling_workbook.ports.silu_mul_fp8 import steps as steps
 
 SWEEP_M = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 2048, 8192, 32768)
 SWEEP_N = (768, 1536, 3072)
@@ -56,9 +55,9 @@ _compiled = {}
 
 def compiled_formula():
     """``torch.compile(formula, dynamic=False)``: one static graph per shape (recompile limits raised
-    as in :mod:`inkling_workbook.bench`)."""
+    as in :mod:`inkling_workbook.measure.bench`)."""
     if "static" not in _compiled:
-        from .bench import _configure_dynamo
+        from inkling_workbook.measure.bench import _configure_dynamo
 
         _configure_dynamo()
         _compiled["static"] = torch.compile(helion_side.formula, dynamic=False)
@@ -77,8 +76,8 @@ POISON = {"port": 0x7F, "helion": 0xFF}
 
 def verdict(a: dict, b: dict) -> str:
     """``a`` against ``b`` by their [lo, hi] ranges: ``"win"``, ``"tie"`` or ``"loss"``
-    (:func:`inkling_workbook.bench.verdict`)."""
-    from .bench import verdict as by_ranges
+    (:func:`inkling_workbook.measure.bench.verdict`)."""
+    from inkling_workbook.measure.bench import verdict as by_ranges
 
     return by_ranges(a, b)
 
@@ -89,7 +88,7 @@ def time_shape(M: int, N: int, device: torch.device, cold: bool = False) -> list
     the bits of every output the timed graphs wrote compared with the original's (port and helion
     write preallocated outputs, poisoned with different bytes before timing; torch.compile
     allocates its own inside the graph, its bits checked on an eager call of the compiled graph)."""
-    from . import bench
+    from inkling_workbook.measure import bench
 
     n_sets = bench.n_buffer_sets(nbytes(M, N), cold)
     gen = torch.Generator(device=device).manual_seed(M * 7919 + N)
@@ -151,7 +150,7 @@ def time_shape(M: int, N: int, device: torch.device, cold: bool = False) -> list
 def run_sweep(shapes, device: torch.device, progress: bool = True, csv_path: Path | None = None) -> list[dict]:
     """Every shape at warm L2, and cold where the rotation fits (``bench.cold_feasible``); the CSV
     rewritten after each shape, so a run stopped half way keeps what it measured."""
-    from . import bench
+    from inkling_workbook.measure import bench
 
     rows = []
     for M, N in _progress(shapes, "timing sweep", progress):
@@ -238,11 +237,11 @@ def summary(rows: list[dict]) -> str:
 
 
 NAMES = (
-    "inkling_workbook.silu_mul_fp8_helion:silu_mul_fp8_helion",
-    "inkling_workbook.silu_mul_fp8_port:silu_mul_fp8",
-    "inkling_workbook.silu_mul_fp8_port:gpu_cases",
+    "inkling_workbook.ports.silu_mul_fp8.helion:silu_mul_fp8_helion",
+    "inkling_workbook.ports.silu_mul_fp8.port:silu_mul_fp8",
+    "inkling_workbook.ports.silu_mul_fp8.port:gpu_cases",
 )
-REFERENCE = "inkling_workbook.silu_mul_fp8_helion:reference"
+REFERENCE = "inkling_workbook.ports.silu_mul_fp8.helion:reference"
 CHUNK = 16
 
 
@@ -311,7 +310,7 @@ def run(
     (:func:`warm_shape`), filling Triton's on-disk cache; torch.compile's graphs are compiled and
     the timing runs afterwards in this process alone, the workers gone. Writes the records under ``out/data``
     (default: the repository's ``data/``)."""
-    from . import bench
+    from inkling_workbook.measure import bench
 
     unknown = set(parts) - set(PARTS)
     if unknown or not parts:
@@ -393,8 +392,10 @@ def run(
             "scale": SCALE,
         },
         "impls": {
-            "port": "inkling_workbook.silu_mul_fp8_port.silu_mul_fp8 (launch_config), no PDL",
-            "helion": "inkling_workbook.silu_mul_fp8_helion.silu_mul_fp8_helion: vLLM's H100 table entry per shape",
+            "port": "inkling_workbook.ports.silu_mul_fp8.port.silu_mul_fp8 (launch_config), no PDL",
+            "helion": (
+                "inkling_workbook.ports.silu_mul_fp8.helion.silu_mul_fp8_helion: vLLM's H100 table entry per shape"
+            ),
             "compile": "torch.compile(silu_mul_fp8_helion.formula, dynamic=False), one graph per shape",
         },
         "shapes": [list(s) for s in sweep_list],

@@ -166,8 +166,7 @@ def helion_cases(matrix: str, device: torch.device) -> Iterator[tuple[str, Calla
     """The port against the helion originals (the fixed tile, and production's sm_90 table where it
     has the width): digests of each and whether they are equal."""
     import inkling_kernels as ik
-
-    from . import helion_original, portcheck_cases
+    from inkling_workbook.ports.silu_and_mul import helion_original, portcheck_cases
 
     if not helion_original.available():
         return
@@ -241,13 +240,13 @@ def child_outputs(matrix: str, device: torch.device) -> dict:
 
 
 def _in_fresh_process(setting: str, argv: list[str]) -> dict:
-    """``python -m inkling_workbook.fp_fusion ARGV`` under ``TRITON_DEFAULT_FP_FUSION=setting``, with
+    """``python -m inkling_workbook.proofs.fp_fusion ARGV`` under ``TRITON_DEFAULT_FP_FUSION=setting``, with
     Triton's and Inductor's caches empty, so nothing compiled under the other setting is reused."""
     with tempfile.TemporaryDirectory(prefix=f"fp_fusion_{setting}_") as tmp:
         env = {**os.environ, "TRITON_DEFAULT_FP_FUSION": setting}
         env |= {"TRITON_CACHE_DIR": str(Path(tmp) / "triton"), "TORCHINDUCTOR_CACHE_DIR": str(Path(tmp) / "inductor")}
         out = Path(tmp) / "result.json"
-        cmd = [sys.executable, "-m", "inkling_workbook.fp_fusion", *argv, "--result", str(out)]
+        cmd = [sys.executable, "-m", "inkling_workbook.proofs.fp_fusion", *argv, "--result", str(out)]
         subprocess.run(cmd, env=env, check=True)
         return json.loads(out.read_text())
 
@@ -420,7 +419,7 @@ def run_ptx() -> dict:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m inkling_workbook.fp_fusion")
+    parser = argparse.ArgumentParser(prog="python -m inkling_workbook.proofs.fp_fusion")
     parser.add_argument("what", choices=["ptx", "outputs"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--matrix", default="cpu", choices=["gpu", "quick", "cpu"])

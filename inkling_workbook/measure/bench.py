@@ -54,9 +54,9 @@ import triton.language as tl
 from inkling_kernels.nvfp4 import nvfp4_quant, silu_and_mul_nvfp4_quant
 from inkling_kernels.reference import nvfp4_quant_ref, padded_blockscale_offsets, silu_and_mul_ref
 from inkling_kernels.silu_and_mul import LaunchConfig, launch_config, silu_and_mul
-
-from . import helion_original, provenance
-from .fp8_bench import COMPILE_DRAWS
+from inkling_workbook.measure import provenance
+from inkling_workbook.measure.fp8_bench import COMPILE_DRAWS
+from inkling_workbook.ports.silu_and_mul import helion_original
 
 MIN_CALLS = 100  # calls in one timed graph, at least
 MIN_REPLAY_US = 1000.0  # and enough of them for a replay of at least this long
@@ -826,7 +826,7 @@ def _best_compile_draw(case: dict) -> tuple[int, list[float]]:
     """The fastest of :func:`fp8_bench.compile_draws` fresh compilations of torch.compile static on
     ``case`` (each compiled and autotuned in empty caches, then all timed in the same interleaved
     passes): ``(its index, every draw's median us)``; ``(0, [])`` where one draw is made."""
-    from . import fp8_bench
+    from inkling_workbook.measure import fp8_bench
 
     n = fp8_bench.compile_draws(case)
     if n == 1:
@@ -862,7 +862,7 @@ def _fp8_ceiling_copy(numel_out: int, cfg: dict) -> tuple[Callable[[], object], 
 def bench_fp8(
     ceilings: dict, quick: bool = False, progress: bool = True, cold: bool = True, ceiling_configs: dict | None = None
 ) -> list[dict]:
-    """The cases of :mod:`inkling_workbook.fp8_bench`, the implementations of a case timed in
+    """The cases of :mod:`inkling_workbook.measure.fp8_bench`, the implementations of a case timed in
     :data:`FP8_PASSES` interleaved passes, warm L2 and (``cold``) cold L2 where :func:`_fp8_cold`;
     ``ceilings`` maps N to the FP8-pattern streaming ceiling (TB/s) measured in this run at
     M = 49152. Before a case is timed, its fused and unfused outputs are compared bit for bit.
@@ -871,7 +871,7 @@ def bench_fp8(
     and power state (``ceiling_same_passes_tbps``)."""
     from tqdm.auto import tqdm
 
-    from . import fp8_bench
+    from inkling_workbook.measure import fp8_bench
 
     _configure_dynamo()
     cases = fp8_bench.fp8_cases()

@@ -36,8 +36,7 @@ import triton.language as tl
 
 from inkling_kernels import _backend
 from inkling_kernels.silu_and_mul import _silu_mul, launch_config, silu_and_mul
-
-from . import provenance
+from inkling_workbook.measure import provenance
 
 SGLANG_NAME = "sglang-config (ours)"
 
@@ -171,7 +170,7 @@ def empty_pdl_call(x: torch.Tensor):
 
 
 def empty_call(x: torch.Tensor):
-    from .bench import _empty_kernel
+    from inkling_workbook.measure.bench import _empty_kernel
 
     return _empty_kernel[(1,)](x, **_backend.COMPILE_OPTIONS)
 
@@ -195,7 +194,7 @@ IMPLS = {
 def decode_shapes():
     """The decode (M <= 16) and mid (16 < M <= 1024) shapes of ``bench.shapes()``, then
     :data:`EXTRA_SHAPES`."""
-    from . import bench
+    from inkling_workbook.measure import bench
 
     out = [s for s in bench.shapes() if s.M <= MID_MAX_M]
     keys = {(s.M, s.N, s.interleaved, s.weighted) for s in out}
@@ -232,7 +231,7 @@ def bench_decode(progress: bool = True, budget_s: float | None = None, skipped: 
 
     from tqdm.auto import tqdm
 
-    from . import bench
+    from inkling_workbook.measure import bench
 
     rows = []
     t0 = time.perf_counter()
@@ -294,7 +293,7 @@ def bench_decode(progress: bool = True, budget_s: float | None = None, skipped: 
 def run(out_dir: str | Path, command=None, budget_s: float | None = 200.0) -> tuple[Path, Path, list[dict]]:
     """The decode/mid sweep; writes ``out_dir/data/decode_<gpu>.csv`` and ``.json`` (shapes not
     started within ``budget_s`` seconds are listed in the JSON's ``skipped_for_time``)."""
-    from . import bench
+    from inkling_workbook.measure import bench
 
     bench.require_gpu()
     meta = provenance.collect(command)

@@ -85,7 +85,7 @@ def config_label(config: str, two_n: int | None = None, weighted: bool = False) 
 
 
 def _helion_config(config: str, two_n: int, weighted: bool):
-    from . import _helion_kernels
+    from inkling_workbook.ports.silu_and_mul import _helion_kernels
 
     if config == "fixed":
         return _helion_kernels.CONFIG
@@ -115,7 +115,7 @@ def helion_kernel(
     cache each). ``two_n`` and ``weighted`` select the table entry when ``config="sm90_table"``."""
     if not available():
         raise ImportError(INSTALL_HINT)
-    from . import _helion_kernels
+    from inkling_workbook.ports.silu_and_mul import _helion_kernels
 
     fn = (
         _helion_kernels.silu_and_mul_helion_interleaved
@@ -184,6 +184,6 @@ def generated_triton(
     out = torch.empty((M, N), dtype=gateup.dtype, device=gateup.device)
     kernel = helion_kernel(interleaved, M == 1, N == 1)
     bound = kernel.bind((gateup, out, topk_weights))
-    from ._helion_kernels import CONFIG
+    from inkling_workbook.ports.silu_and_mul._helion_kernels import CONFIG
 
     return bound.to_triton_code(CONFIG)

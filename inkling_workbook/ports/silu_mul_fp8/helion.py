@@ -31,7 +31,7 @@ with a float64 reference and the formula in torch for ``torch.compile``.
 The tiles run with ``indexing``, ``pid_type``, eviction policies and stages as the table says on
 CUDA; in the interpreter helion generates pointer loads (no tensor descriptors on a CPU).
 
-Like :mod:`inkling_workbook.helion_original`: helion imported lazily, one backend per process
+Like :mod:`inkling_workbook.ports.silu_and_mul.helion_original`: helion imported lazily, one backend per process
 (helion reuses its generated module across devices), on CPU tensors the generated Triton runs in
 Triton's interpreter inside :func:`inkling_kernels._backend.interpreting` (which binds
 ``libdevice.exp``, rounds bf16 arithmetic and converts to e4m3 as the GPU does: see
@@ -49,8 +49,7 @@ from pathlib import Path
 import torch
 
 from inkling_kernels import _backend
-
-from .silu_mul_fp8_port import OUT_DTYPE, check_args
+from inkling_workbook.ports.silu_mul_fp8.port import OUT_DTYPE, check_args
 
 INSTALL_HINT = "the helion original needs helion 1.4.0: pip install 'inkling-kernels[helion]'"
 _TABLE_PATH = Path(__file__).with_name("silu_mul_fp8_h100_table.json")
@@ -101,7 +100,7 @@ def helion_kernel(key: tuple[int, int]):
         raise ImportError(INSTALL_HINT)
     import helion
 
-    from . import _helion_silu_mul_fp8
+    from inkling_workbook.ports.silu_mul_fp8 import _helion_kernels as _helion_silu_mul_fp8
 
     entry = next(e for e in table()["entries"] if (e["intermediate"], e["numtokens"]) == key)
     return _helion_silu_mul_fp8.make(helion.Config(**helion_fields(entry["config"])))
@@ -133,7 +132,7 @@ def _claim_backend(kind: str) -> None:
 
 
 def silu_mul_fp8_helion(x: torch.Tensor, scale: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
-    """The helion original with :func:`inkling_workbook.silu_mul_fp8_port.silu_mul_fp8`'s
+    """The helion original with :func:`inkling_workbook.ports.silu_mul_fp8.port.silu_mul_fp8`'s
     signature and checks. ``out`` (optional) is the buffer the kernel writes (vLLM's allocates
     its own; taking it lets portcheck poison it)."""
     M, N = check_args(x, scale, out)

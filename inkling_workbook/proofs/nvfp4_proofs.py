@@ -2,7 +2,7 @@
 (``inkling_kernels.nvfp4._e4m3_round``) on any fp32 tensor, to check it against torch exhaustively;
 the kernels' e2m1 packing of fp32 pairs, in software (``_e2m1_code``) or by the hardware conversion
 (``_e2m1x2_hw``, compiled on compute capability 10.x-12.x only), to check them against each other
-and against :mod:`inkling_workbook.e2m1_proof`'s model of the PTX instruction."""
+and against :mod:`inkling_workbook.proofs.e2m1_proof`'s model of the PTX instruction."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ for bit.
 ``out = e4m3(fp32(silu(gate) * up) * (1 / scale))`` for ``x = gate || up`` (``[..., 2N]``, the
 two halves side by side), one fp32 ``scale`` for the whole tensor, e4m3fn out. The operation
 order and the dtype of every intermediate are the original's
-(:mod:`inkling_workbook.silu_mul_fp8_helion`):
+(:mod:`inkling_workbook.ports.silu_mul_fp8.helion`):
 
 1. ``g = fp32(gate)``; ``silu = g / (1 + exp(-g))`` in fp32 with libdevice's ``exp``, then
    **rounded to x's dtype** (the original calls ``torch.nn.functional.silu`` on a bf16 tile);
@@ -21,9 +21,10 @@ CPU tensors (:func:`inkling_kernels._backend.launch`), the same source lines eit
 
 ``python -m portcheck`` checks it against the original (``docs/portcheck.md``)::
 
-    python -m portcheck inkling_workbook.silu_mul_fp8_helion:silu_mul_fp8_helion \\
-        inkling_workbook.silu_mul_fp8_port:silu_mul_fp8 --cases inkling_workbook.silu_mul_fp8_port:cpu_cases \\
-        --reference inkling_workbook.silu_mul_fp8_helion:reference
+    python -m portcheck inkling_workbook.ports.silu_mul_fp8.helion:silu_mul_fp8_helion \\
+        inkling_workbook.ports.silu_mul_fp8.port:silu_mul_fp8 \\
+        --cases inkling_workbook.ports.silu_mul_fp8.port:cpu_cases \\
+        --reference inkling_workbook.ports.silu_mul_fp8.helion:reference
 """
 
 from __future__ import annotations
