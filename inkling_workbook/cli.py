@@ -115,16 +115,16 @@ def _fusion(args) -> int:
 
 
 def _moe_layer(args) -> int:
-    from inkling_workbook.moe import layer as moe_layer
+    from inkling_workbook.moe import layer, record
 
     if args.cpu_smoke:
-        doc = moe_layer.run(args.out, Ms=(8,), device="cpu", progress=not args.no_progress)
+        doc = record.run(args.out, Ms=(8,), device="cpu", progress=not args.no_progress)
     else:
         from inkling_workbook.measure import bench
 
         bench.require_gpu()
-        Ms = tuple(int(m) for m in args.ms.split(",")) if args.ms else moe_layer.GPU_MS
-        doc = moe_layer.run(args.out, Ms=Ms, progress=not args.no_progress)
+        Ms = tuple(int(m) for m in args.ms.split(",")) if args.ms else layer.GPU_MS
+        doc = record.run(args.out, Ms=Ms, progress=not args.no_progress)
     keep = ("all_bitwise_equal", "all_within_bound", "grouped_mm", "compile_s_total", "elapsed_s", "errors")
     print(json.dumps({k: doc[k] for k in keep}, indent=1))
     print(f"wrote {Path(args.out) / 'data'}/moe_layer_*.json")
