@@ -86,7 +86,7 @@ def _steps(args) -> int:
 
 
 def _fp8_steps(args) -> int:
-    from inkling_workbook.fp8_steps import kernels as fp8_steps
+    from inkling_workbook.fp8_steps import checks as step_checks
     from inkling_workbook.measure import bench
 
     device = torch.device(args.device)
@@ -94,7 +94,7 @@ def _fp8_steps(args) -> int:
         raise SystemExit("fp8-steps times the kernels: it needs --device cuda (a CUDA GPU)")
     bench.require_gpu()
     out = Path(args.out) if args.out else None
-    csv_path, meta_path = fp8_steps.measure_steps(out, device)
+    csv_path, meta_path = step_checks.measure_steps(out, device)
     meta = json.loads(meta_path.read_text())
     print(json.dumps(meta["bitwise"]["summary"], indent=1))
     print(f"wrote {csv_path} and {meta_path}")
