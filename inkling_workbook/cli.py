@@ -53,9 +53,9 @@ def _check(args) -> int:
 
 
 def _bench(args) -> int:
-    from inkling_workbook.measure import bench
+    from inkling_workbook.measure import bench, timing
 
-    bench.require_gpu()
+    timing.require_gpu()
     out = args.out or (DATA / f"bench_{provenance.device_slug()}.csv")
     meta = bench.run(out, quick=args.quick, cold=args.cold_l2, tune=not args.no_tune)
     extra = ["nvfp4", "meta"] + ([] if args.no_tune else ["tune"])
@@ -65,9 +65,9 @@ def _bench(args) -> int:
 
 
 def _serving(args) -> int:
-    from inkling_workbook.measure import bench, serving_bench
+    from inkling_workbook.measure import serving_bench, timing
 
-    bench.require_gpu()
+    timing.require_gpu()
     out = args.out or (DATA / f"serving_{provenance.device_slug()}.json")
     doc = serving_bench.run(out)
     print(json.dumps({k: v for k, v in doc.items() if k != "provenance"}, indent=1))
@@ -76,10 +76,10 @@ def _serving(args) -> int:
 
 
 def _steps(args) -> int:
-    from inkling_workbook.measure import bench
+    from inkling_workbook.measure import timing
     from inkling_workbook.ports.silu_and_mul import port_steps
 
-    bench.require_gpu()
+    timing.require_gpu()
     csv_path, meta_path = port_steps.measure_steps(args.out)
     print(f"wrote {csv_path} and {meta_path}")
     return 0
@@ -87,12 +87,12 @@ def _steps(args) -> int:
 
 def _fp8_steps(args) -> int:
     from inkling_workbook.fp8_steps import checks as step_checks
-    from inkling_workbook.measure import bench
+    from inkling_workbook.measure import timing
 
     device = torch.device(args.device)
     if device.type != "cuda":
         raise SystemExit("fp8-steps times the kernels: it needs --device cuda (a CUDA GPU)")
-    bench.require_gpu()
+    timing.require_gpu()
     out = Path(args.out) if args.out else None
     csv_path, meta_path = step_checks.measure_steps(out, device)
     meta = json.loads(meta_path.read_text())
@@ -120,9 +120,9 @@ def _moe_layer(args) -> int:
     if args.cpu_smoke:
         doc = record.run(args.out, Ms=(8,), device="cpu", progress=not args.no_progress)
     else:
-        from inkling_workbook.measure import bench
+        from inkling_workbook.measure import timing
 
-        bench.require_gpu()
+        timing.require_gpu()
         Ms = tuple(int(m) for m in args.ms.split(",")) if args.ms else layer.GPU_MS
         doc = record.run(args.out, Ms=Ms, progress=not args.no_progress)
     keep = ("all_bitwise_equal", "all_within_bound", "grouped_mm", "compile_s_total", "elapsed_s", "errors")
@@ -161,9 +161,9 @@ def _results(args) -> int:
 
 
 def _decode(args) -> int:
-    from inkling_workbook.measure import bench, decode_baselines
+    from inkling_workbook.measure import decode_baselines, timing
 
-    bench.require_gpu()
+    timing.require_gpu()
     csv_path, json_path, rows = decode_baselines.run(args.out, budget_s=args.budget_s)
     print(decode_baselines.summary(rows))
     print(f"wrote {csv_path} and {json_path}")
@@ -171,10 +171,10 @@ def _decode(args) -> int:
 
 
 def _silu_mul_fp8(args) -> int:
-    from inkling_workbook.measure import bench
+    from inkling_workbook.measure import timing
     from inkling_workbook.ports.silu_mul_fp8 import bench as silu_mul_fp8_bench
 
-    bench.require_gpu()
+    timing.require_gpu()
     parts = silu_mul_fp8_bench.PARTS if args.part == "all" else (args.part,)
     jobs = args.jobs if args.jobs is not None else max(1, min(12, (os.cpu_count() or 2) - 2))
     doc = silu_mul_fp8_bench.run(args.out, quick=args.quick, progress=not args.no_progress, parts=parts, jobs=jobs)

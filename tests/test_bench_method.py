@@ -1,24 +1,24 @@
-"""The timing method of the benchmark (inkling_workbook.measure.bench): its bookkeeping on any machine,
+"""The timing method of the benchmark (inkling_workbook.measure.timing): its bookkeeping on any machine,
 and on the GPU the property it exists for: a graph's size does not move the per-call time."""
 
 import pytest
 from conftest import gpu_only
 
-from inkling_workbook.measure import bench
+from inkling_workbook.measure import bench, timing
 
 
 def test_spread_is_replay_quartiles_for_one_pass_and_pass_medians_for_several():
-    one = bench.Timing.from_passes([[1.0, 1.3, 1.1, 1.2, 9.0]], reps=500)  # one outlier replay
+    one = timing.Timing.from_passes([[1.0, 1.3, 1.1, 1.2, 9.0]], reps=500)  # one outlier replay
     assert (one.median_us, one.lo_us, one.hi_us, one.passes, one.rounds) == (1.2, 1.1, 1.3, 1, 5)
     assert (one.min_us, one.max_us) == (1.0, 9.0)
-    three = bench.Timing.from_passes([[1.0, 1.2, 1.1], [1.4, 1.3, 1.5], [1.1, 1.2, 1.3]], reps=500)
+    three = timing.Timing.from_passes([[1.0, 1.2, 1.1], [1.4, 1.3, 1.5], [1.1, 1.2, 1.3]], reps=500)
     assert (three.lo_us, three.hi_us) == (1.1, 1.4)  # medians of the passes: 1.1, 1.4, 1.2
     assert (three.min_us, three.max_us, three.median_us, three.passes) == (1.0, 1.5, 1.2, 3)
 
 
 def test_ties_are_overlapping_ranges():
-    assert bench.ties(1.0, 1.1, 1.1, 1.2) and bench.ties(1.0, 2.0, 1.2, 1.3)
-    assert not bench.ties(1.0, 1.09, 1.1, 1.2)
+    assert timing.ties(1.0, 1.1, 1.1, 1.2) and timing.ties(1.0, 2.0, 1.2, 1.3)
+    assert not timing.ties(1.0, 1.09, 1.1, 1.2)
 
 
 def test_every_timed_implementation_is_described():
@@ -28,7 +28,7 @@ def test_every_timed_implementation_is_described():
 
 
 def test_decode_shapes_cover_every_sweep_width_in_both_layouts():
-    decode = {(s.M, s.N, s.interleaved) for s in bench.shapes() if s.M <= bench.DECODE_MAX_M}
+    decode = {(s.M, s.N, s.interleaved) for s in bench.shapes() if s.M <= timing.DECODE_MAX_M}
     for n in bench.SWEEP_N:
         for il in (True, False):
             assert {(m, n, il) for m in bench.DECODE_M} <= decode
@@ -43,11 +43,11 @@ def test_graph_size_does_not_move_decode_timing():
     phase): timings next to other GPU work are not timings."""
     check = bench.method_check()
     print(check)
-    assert check["chosen_reps"] >= bench.MIN_CALLS and check["bigger_reps"] == 4 * check["chosen_reps"], check
-    assert check["chosen_reps"] * check["chosen_us"] >= 0.9 * bench.MIN_REPLAY_US, check
+    assert check["chosen_reps"] >= timing.MIN_CALLS and check["bigger_reps"] == 4 * check["chosen_reps"], check
+    assert check["chosen_reps"] * check["chosen_us"] >= 0.9 * timing.MIN_REPLAY_US, check
     # and not far past it (the second sizing check once compared a call's time with the replay
     # target: every graph of calls under 1 ms grew to MAX_CALLS or ~110 ms of replay)
-    assert check["chosen_reps"] * check["chosen_us"] <= 2.5 * bench.MIN_REPLAY_US, check
+    assert check["chosen_reps"] * check["chosen_us"] <= 2.5 * timing.MIN_REPLAY_US, check
     assert check["within_3pct"], check
 
 
@@ -185,7 +185,7 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
     COMPILE_DRAWS fresh compilations (the draws here cost 3, 1, 2, 4 us: draw 1 is timed)."""
     import contextlib
 
-    from inkling_workbook.measure import fp8_bench
+    from inkling_workbook.measure import fp8_cases, fp8_sweep, timing
 
     seeds, checked, timers, fresh = [], [], [], []
     draw_us = (3.0, 1.0, 2.0, 4.0)
@@ -207,22 +207,22 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
         def compiled():
             pass
 
-        compiled.us = draw_us[draw] if fp8_bench.compile_draws(case) > 1 else None
-        impls = {name: (lambda: None, fp8_bench.fp8_bytes(case)) for name in bench.FP8_IMPLS}
+        compiled.us = draw_us[draw] if fp8_cases.compile_draws(case) > 1 else None
+        impls = {name: (lambda: None, fp8_cases.fp8_bytes(case)) for name in fp8_sweep.FP8_IMPLS}
         if compiled.us is not None:
-            impls["torch_compile_static"] = (compiled, fp8_bench.fp8_bytes(case))
+            impls["torch_compile_static"] = (compiled, fp8_cases.fp8_bytes(case))
         return impls
 
     clocks = iter(range(1000, 100000))
-    monkeypatch.setattr(bench, "GraphTimer", FakeTimer)
-    monkeypatch.setattr(bench, "_configure_dynamo", lambda: None)
-    monkeypatch.setattr(bench, "l2_bytes", lambda: 50 * 2**20)
+    monkeypatch.setattr(timing, "GraphTimer", FakeTimer)
+    monkeypatch.setattr(timing, "_configure_dynamo", lambda: None)
+    monkeypatch.setattr(timing, "l2_bytes", lambda: 50 * 2**20)
     monkeypatch.setattr(
         bench.provenance, "gpu_state", lambda: {"sm_clock_mhz": str(next(clocks)), "throttle_reasons": "0x4"}
     )
-    monkeypatch.setattr(fp8_bench, "fp8_impls", fake_impls)
-    monkeypatch.setattr(fp8_bench, "fresh_compile", lambda: fresh.append(1) or contextlib.nullcontext())
-    monkeypatch.setattr(fp8_bench, "check_fused_equals_unfused", lambda case, impls: checked.append(case["name"]))
+    monkeypatch.setattr(fp8_cases, "fp8_impls", fake_impls)
+    monkeypatch.setattr(fp8_cases, "fresh_compile", lambda: fresh.append(1) or contextlib.nullcontext())
+    monkeypatch.setattr(fp8_cases, "check_fused_equals_unfused", lambda case, impls: checked.append(case["name"]))
     copies = []
 
     def fake_copy(numel, cfg):
@@ -233,15 +233,15 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
         copies.append((numel, cfg["block"]))
         return copy, numel * 5
 
-    monkeypatch.setattr(bench, "_fp8_ceiling_copy", fake_copy)
+    monkeypatch.setattr(fp8_sweep, "_fp8_ceiling_copy", fake_copy)
     passes_of = []  # the names timed together, call by call of time_calls
-    time_calls = bench.time_calls
+    time_calls = timing.time_calls
 
     def spy_time_calls(calls, *a, **kw):
         passes_of.append(set(calls))
         return time_calls(calls, *a, **kw)
 
-    monkeypatch.setattr(bench, "time_calls", spy_time_calls)
+    monkeypatch.setattr(timing, "time_calls", spy_time_calls)
 
     class FakeSampler:  # readings 1000 + 10 * pass, two a pass
         def __init__(self):
@@ -261,23 +261,23 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
         1536: {"block": 1024, "warps": 4, "evict_first": False},
         3072: {"block": 2048, "warps": 8, "evict_first": True},
     }
-    rows = bench.bench_fp8({1536: 4.0, 3072: 4.1}, progress=False, ceiling_configs=cfgs)
+    rows = fp8_sweep.bench_fp8({1536: 4.0, 3072: 4.1}, progress=False, ceiling_configs=cfgs)
 
-    cases = fp8_bench.fp8_cases()
-    cold = [c for c in cases if c["M"] in bench.FP8_COLD_MS or c["masked_m"] is not None]
-    n_timed = {c["name"]: len([i for i in bench.FP8_IMPLS if fp8_bench.is_timed(c, i)]) for c in cases}
+    cases = fp8_cases.fp8_cases()
+    cold = [c for c in cases if c["M"] in fp8_sweep.FP8_COLD_MS or c["masked_m"] is not None]
+    n_timed = {c["name"]: len([i for i in fp8_sweep.FP8_IMPLS if fp8_cases.is_timed(c, i)]) for c in cases}
     assert len(rows) == sum(n_timed[c["name"]] for c in cases + cold)
-    assert {r["impl"] for r in rows} == set(bench.FP8_IMPLS) and {r["l2"] for r in rows} == {"warm", "cold"}
-    sweep = [r for r in rows if r["case"].startswith("masked") and r["T"] > fp8_bench.MASKED_T]
-    assert {r["impl"] for r in sweep} == set(fp8_bench.SWEEP_TIMED) and {r["T"] for r in sweep} == {512, 1024, 2048}
-    assert all(r["passes"] == bench.FP8_PASSES for r in rows)
+    assert {r["impl"] for r in rows} == set(fp8_sweep.FP8_IMPLS) and {r["l2"] for r in rows} == {"warm", "cold"}
+    sweep = [r for r in rows if r["case"].startswith("masked") and r["T"] > fp8_cases.MASKED_T]
+    assert {r["impl"] for r in sweep} == set(fp8_cases.SWEEP_TIMED) and {r["T"] for r in sweep} == {512, 1024, 2048}
+    assert all(r["passes"] == fp8_sweep.FP8_PASSES for r in rows)
     assert len(checked) == len(cases) + len(cold)  # every timed buffer set 0 is checked first
-    decode = [c["name"] for c in cases if fp8_bench.compile_draws(c) > 1]
-    assert len(decode) == 4 and len(fresh) == 4 * fp8_bench.COMPILE_DRAWS  # each draw compiled afresh
+    decode = [c["name"] for c in cases if fp8_cases.compile_draws(c) > 1]
+    assert len(decode) == 4 and len(fresh) == 4 * fp8_cases.COMPILE_DRAWS  # each draw compiled afresh
     for r in rows:
         case = next(c for c in cases if c["name"] == r["case"])
         if r["case"] in decode:  # every set of a decode case uses the fastest draw
-            assert {d for n, _, d in seeds if n == r["case"]} == set(range(fp8_bench.COMPILE_DRAWS))
+            assert {d for n, _, d in seeds if n == r["case"]} == set(range(fp8_cases.COMPILE_DRAWS))
             assert [d for n, _, d in seeds if n == r["case"]][-1] == 1  # timed with draw 1
             if r["impl"] == "torch_compile_static":
                 assert r["compile_draws_us"] == "3.0000 1.0000 2.0000 4.0000" and r["median_us"] == 1.0
@@ -286,20 +286,20 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
         if r["l2"] == "warm":
             assert r["buffer_sets"] == 1
         else:  # cold: >= 3 L2s of buffers in rotation, each set its own seed
-            assert r["buffer_sets"] * fp8_bench.fp8_bytes(case) >= bench.COLD_FACTOR * 50 * 2**20
+            assert r["buffer_sets"] * fp8_cases.fp8_bytes(case) >= timing.COLD_FACTOR * 50 * 2**20
             assert r["median_us"] == float(r["buffer_sets"])  # the timer saw every set
             assert {s for n, s, _ in seeds if n == case["name"]} >= set(range(r["buffer_sets"]))
         assert r["sm_clock_min"] < r["sm_clock_mhz"] < r["sm_clock_max"]  # five readings a case
         assert r["throttle_reasons"] == "0x4" and r["ceiling_tbps"] in (4.0, 4.1)
-        assert len(r["pass_medians_us"].split()) == len(r["pass_clocks_mhz"].split()) == bench.FP8_PASSES
+        assert len(r["pass_medians_us"].split()) == len(r["pass_clocks_mhz"].split()) == fp8_sweep.FP8_PASSES
         # the ceiling's copy in the same passes: M = 49152 (warm) only, in that N's configuration
         if r["M"] == 49152 and r["l2"] == "warm" and not r["masked"]:
             us = 50.0 * cfgs[r["N"]]["block"] / 1024
             assert r["ceiling_same_passes_tbps"] == round(49152 * r["N"] * 5 / us / 1e6, 4), r
-            assert r["ceiling_same_passes_pass_us"].split() == [f"{us:.4f}"] * bench.FP8_PASSES
+            assert r["ceiling_same_passes_pass_us"].split() == [f"{us:.4f}"] * fp8_sweep.FP8_PASSES
             # the clock sampled within each pass, a window a pass
-            assert r["pass_clock_sampled_min_mhz"].split() == [f"{1000 + 10 * p}" for p in range(bench.FP8_PASSES)]
-            assert r["pass_clock_samples"].split() == ["2"] * bench.FP8_PASSES
+            assert r["pass_clock_sampled_min_mhz"].split() == [f"{1000 + 10 * p}" for p in range(fp8_sweep.FP8_PASSES)]
+            assert r["pass_clock_samples"].split() == ["2"] * fp8_sweep.FP8_PASSES
         else:
             assert r["ceiling_same_passes_tbps"] is None and r["ceiling_same_passes_pass_us"] == ""
             assert r["pass_clock_sampled_min_mhz"] == "" and r["pass_clock_samples"] == ""
@@ -307,11 +307,12 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
     big = [c for c in cases if c["M"] == 49152 and c["masked_m"] is None]
     assert sorted(copies) == sorted((49152 * c["N"], cfgs[c["N"]]["block"]) for c in big)  # one copy a case
     # the copy is timed in the same passes as a case's implementations, never alone
-    with_copy = [names for names in passes_of if bench.CEILING_COPY in names]
+    with_copy = [names for names in passes_of if fp8_sweep.CEILING_COPY in names]
     assert len(with_copy) == len(big) and all("fused" in names and len(names) > 1 for names in with_copy)
     # without configurations (records before 7192cb8) no copy is timed
     copies.clear()
-    assert all(r["ceiling_same_passes_tbps"] is None for r in bench.bench_fp8({1536: 4.0, 3072: 4.1}, progress=False))
+    rows = fp8_sweep.bench_fp8({1536: 4.0, 3072: 4.1}, progress=False)
+    assert all(r["ceiling_same_passes_tbps"] is None for r in rows)
     assert copies == []
 
 

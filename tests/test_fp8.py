@@ -1475,7 +1475,7 @@ def test_exports():
 
 
 def test_fp8_bench_cases_are_data():
-    from inkling_workbook.measure.fp8_bench import (
+    from inkling_workbook.measure.fp8_cases import (
         MASKED_COUNTS,
         MASKED_TS,
         SWEEP_TIMED,
@@ -1592,7 +1592,7 @@ def test_gpu_fp8_bench_impls_run_and_agree():
     present (the check the benchmark makes before timing), fused with PDL off the same as on;
     the compiled reference returns e4m3 codes of the right size (its silu*mul is inductor's, not
     bit-compared)."""
-    from inkling_workbook.measure.fp8_bench import check_fused_equals_unfused, fp8_cases, fp8_impls, present_rows
+    from inkling_workbook.measure.fp8_cases import check_fused_equals_unfused, fp8_cases, fp8_impls, present_rows
 
     names = ("M1024_N1536_il", "masked_ragged_E8_T256_N1536", "M16_N1536_nil", "masked_raggedx8_E8_T2048_N3072")
     for case in [c for c in fp8_cases() if c["name"] in names]:
@@ -1635,7 +1635,7 @@ def test_gpu_compile_draws_are_fresh_compilations():
     one served again from a cache, and every draw computes the same op."""
     from torch._dynamo.utils import counters
 
-    from inkling_workbook.measure.fp8_bench import compile_draws, fp8_cases, fp8_impls, fresh_compile
+    from inkling_workbook.measure.fp8_cases import compile_draws, fp8_cases, fp8_impls, fresh_compile
 
     case = next(c for c in fp8_cases() if c["name"] == "M16_N3072_nil")
     assert compile_draws(case) >= 3
@@ -1654,7 +1654,7 @@ def test_gpu_compile_draws_are_fresh_compilations():
 def test_bench_check_compares_only_the_rows_a_masked_case_writes():
     """The benchmark's check before timing (``check_fused_equals_unfused``): rows past
     ``masked_m`` may hold anything; a changed code or scale on a present row fails it."""
-    from inkling_workbook.measure.fp8_bench import check_fused_equals_unfused, fp8_cases
+    from inkling_workbook.measure.fp8_cases import check_fused_equals_unfused, fp8_cases
 
     case = next(c for c in fp8_cases() if c["name"].startswith("masked_ragged"))
     E, T, N = case["E"], case["T"], case["N"]

@@ -411,7 +411,7 @@ class _StandInTimer:
 
     @staticmethod
     def time_interleaved(timers, passes):
-        from inkling_workbook.measure.bench import Timing
+        from inkling_workbook.measure.timing import Timing
 
         return {k: Timing.from_passes([[1.0 + i, 1.1 + i]] * passes, t.reps) for i, (k, t) in enumerate(timers.items())}
 

@@ -9,7 +9,7 @@ import torch
 from conftest import gpu_only, poisoned, randn
 
 from inkling_kernels import silu_and_mul
-from inkling_workbook.measure.bench import Timing
+from inkling_workbook.measure.timing import Timing
 from inkling_workbook.ports.silu_and_mul import port_steps
 
 # (M, N, weighted): decode rows, odd widths (column tails), row tails, M above the one-row limit

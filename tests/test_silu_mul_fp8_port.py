@@ -192,7 +192,7 @@ def test_vllm_picker_rule_and_the_recorded_entries():
 
 
 def _fake_time_calls(calls, passes, rounds=10, after_pass=None):
-    from inkling_workbook.measure.bench import Timing
+    from inkling_workbook.measure.timing import Timing
 
     for fn in calls.values():
         for f in fn if isinstance(fn, list) else [fn]:
@@ -204,10 +204,10 @@ def _fake_time_calls(calls, passes, rounds=10, after_pass=None):
 def test_the_gpu_script_runs_end_to_end_on_the_cpu(monkeypatch, tmp_path):
     """``silu_mul_fp8_bench.run`` with the timer faked (and eager torch for torch.compile): the
     portcheck record, the steps, every implementation a row with its bits, the provenance."""
-    from inkling_workbook.measure import bench, provenance
+    from inkling_workbook.measure import provenance, timing
     from inkling_workbook.ports.silu_mul_fp8 import bench as B
 
-    monkeypatch.setattr(bench, "time_calls", _fake_time_calls)
+    monkeypatch.setattr(timing, "time_calls", _fake_time_calls)
     monkeypatch.setattr(provenance, "gpu_state", lambda: {})
     monkeypatch.setattr(B, "compiled_formula", lambda: H.formula)
     cases = [c for c in P.cpu_cases() if "result_ties" in c.name or c.name.startswith("1x768 bfloat16 random contig")]
@@ -255,10 +255,10 @@ def test_sweep_shapes_pick_recorded_configs():
 def test_the_gpu_script_runs_in_parts(monkeypatch, tmp_path):
     """Each part alone (one 10-minute call each on a fresh GPU): check writes the record without
     steps, steps joins it, sweep writes the timings; a part outside the list is refused."""
-    from inkling_workbook.measure import bench, provenance
+    from inkling_workbook.measure import provenance, timing
     from inkling_workbook.ports.silu_mul_fp8 import bench as B
 
-    monkeypatch.setattr(bench, "time_calls", _fake_time_calls)
+    monkeypatch.setattr(timing, "time_calls", _fake_time_calls)
     monkeypatch.setattr(provenance, "gpu_state", lambda: {})
     monkeypatch.setattr(B, "compiled_formula", lambda: H.formula)
     cases = [c for c in P.cpu_cases() if "result_ties" in c.name][:1]

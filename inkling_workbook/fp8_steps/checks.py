@@ -206,11 +206,11 @@ def fp8_bytes(rows_present: int, N: int, group_size: int = 128) -> int:
 
 def time_steps(device="cuda", cases=TIMED_CASES, passes: int | None = None) -> list[dict]:
     """Every step and the package (PDL off, outputs preallocated) on ``cases`` with the workbook's
-    method (:mod:`inkling_workbook.measure.bench`: CUDA-graph replay of a fixed call count, passes
-    interleaved). GPU only; call :func:`bench.warm_clocks` first."""
-    from inkling_workbook.measure import bench
+    method (:mod:`inkling_workbook.measure.timing`: CUDA-graph replay of a fixed call count, passes
+    interleaved). GPU only; call :func:`timing.warm_clocks` first."""
+    from inkling_workbook.measure import fp8_sweep, timing
 
-    bench.require_gpu()
+    timing.require_gpu()
     device = torch.device(device)
     rows = []
     for case in cases:
@@ -228,11 +228,11 @@ def time_steps(device="cuda", cases=TIMED_CASES, passes: int | None = None) -> l
             q, s = fn()
             if not (torch.equal(q.view(torch.uint8), want[0]) and torch.equal(_storage_words(s), want[1])):
                 raise AssertionError(f"{k} on the timed inputs of {name}: bits differ from the package's")
-        decode = lead[-1] <= bench.DECODE_MAX_M
-        # five passes past decode, as the FP8 sweep (bench.FP8_PASSES): two left medians of the same
+        decode = lead[-1] <= timing.DECODE_MAX_M
+        # five passes past decode, as the FP8 sweep (fp8_sweep.FP8_PASSES): two left medians of the same
         # kernel apart (step 5 launches step 4's kernel on 2-D inputs)
-        n_passes = passes or (bench.DECODE_PASSES if decode else bench.FP8_PASSES)
-        timings = bench.time_calls(calls, n_passes)
+        n_passes = passes or (timing.DECODE_PASSES if decode else fp8_sweep.FP8_PASSES)
+        timings = timing.time_calls(calls, n_passes)
         present = sum(masked) if masked is not None else lead[0] * (lead[1] if len(lead) == 2 else 1)
         clock = provenance.gpu_state().get("sm_clock_mhz")
         for i, k in enumerate(calls):
@@ -245,10 +245,10 @@ def time_steps(device="cuda", cases=TIMED_CASES, passes: int | None = None) -> l
 def measure_steps(out: str | Path | None = None, device="cuda", cases=None, command=None) -> tuple[Path, Path]:
     """Check every step on the GPU cases, then time them -> ``data/fp8_steps_<gpu>.csv`` and
     ``.json`` (provenance, method, steps, the bitwise summary). Under a minute on an H200."""
-    from inkling_workbook.measure import bench
+    from inkling_workbook.measure import fp8_sweep, timing
     from inkling_workbook.ports.silu_and_mul.port_steps import write_records
 
-    bench.require_gpu()
+    timing.require_gpu()
     cases = TIMED_CASES if cases is None else cases
     out = Path(out) if out else provenance.REPO_ROOT / "data" / f"fp8_steps_{provenance.device_slug()}.csv"
     if out.suffix != ".csv":
@@ -258,12 +258,12 @@ def measure_steps(out: str | Path | None = None, device="cuda", cases=None, comm
     meta["bitwise"] = {"cases": [c.name for c in GPU_CASES], "summary": summary(checks),
                        "all_ok": all(r["ok"] for r in checks),
                        "failures": [r for r in checks if not r["ok"]]}  # fmt: skip
-    meta["clock_warmup"] = bench.warm_clocks()
+    meta["clock_warmup"] = timing.warm_clocks()
     meta["timing"] = {
-        "method": "inkling_workbook.measure.bench: GraphTimer (>= 100 calls, >= 1 ms a replay), time_interleaved",
-        "rounds": bench.ROUNDS,
-        "decode_passes": bench.DECODE_PASSES,
-        "other_passes": bench.FP8_PASSES,
+        "method": "inkling_workbook.measure.timing: GraphTimer (>= 100 calls, >= 1 ms a replay), time_interleaved",
+        "rounds": timing.ROUNDS,
+        "decode_passes": timing.DECODE_PASSES,
+        "other_passes": fp8_sweep.FP8_PASSES,
         "l2": "warm (the same buffers every call)",
         "output_policy": "outputs preallocated, PDL off",
         "spread": "lowest and highest pass median",

@@ -36,7 +36,7 @@ import triton.language as tl
 
 from inkling_kernels import _backend
 from inkling_kernels.silu_and_mul import _silu_mul, launch_config, silu_and_mul
-from inkling_workbook.measure import provenance
+from inkling_workbook.measure import provenance, timing
 
 SGLANG_NAME = "sglang-config (ours)"
 
@@ -170,7 +170,7 @@ def empty_pdl_call(x: torch.Tensor):
 
 
 def empty_call(x: torch.Tensor):
-    from inkling_workbook.measure.bench import _empty_kernel
+    from inkling_workbook.measure.timing import _empty_kernel
 
     return _empty_kernel[(1,)](x, **_backend.COMPILE_OPTIONS)
 
@@ -251,8 +251,8 @@ def bench_decode(progress: bool = True, budget_s: float | None = None, skipped: 
         silu_and_mul_sglang_config(x, w, interleaved=shape.interleaved, enable_pdl=True, out=got)
         torch.cuda.synchronize()
         equal = _bits_equal(ref, got)
-        passes = max(3, bench.DECODE_PASSES)
-        timings = bench.time_calls(calls, passes)
+        passes = max(3, timing.DECODE_PASSES)
+        timings = timing.time_calls(calls, passes)
         floor = timings["empty_pdl"]
         sg = sglang_config(shape.N, shape.interleaved)
         config = {
@@ -281,7 +281,7 @@ def bench_decode(progress: bool = True, budget_s: float | None = None, skipped: 
                     "pass_medians_us": " ".join(f"{p:.4f}" for p in per_pass),
                     "above_empty_pdl_us": round(t.median_us - floor.median_us, 4),
                     "vs_sglang_config_pdl": round(base.median_us / t.median_us, 4),
-                    "ties_sglang_config_pdl": bench.ties(t.lo_us, t.hi_us, base.lo_us, base.hi_us),
+                    "ties_sglang_config_pdl": timing.ties(t.lo_us, t.hi_us, base.lo_us, base.hi_us),
                     "bits_equal_port": equal if name.startswith("sglang") else "",
                     "sm_clock_mhz": clock,
                 }
@@ -293,12 +293,11 @@ def bench_decode(progress: bool = True, budget_s: float | None = None, skipped: 
 def run(out_dir: str | Path, command=None, budget_s: float | None = 200.0) -> tuple[Path, Path, list[dict]]:
     """The decode/mid sweep; writes ``out_dir/data/decode_<gpu>.csv`` and ``.json`` (shapes not
     started within ``budget_s`` seconds are listed in the JSON's ``skipped_for_time``)."""
-    from inkling_workbook.measure import bench
 
-    bench.require_gpu()
+    timing.require_gpu()
     meta = provenance.collect(command)
-    meta["clock_warmup"] = bench.warm_clocks()
-    meta["timing"] = {**bench.timing_meta(), "passes": max(3, bench.DECODE_PASSES), "l2": "warm"}
+    meta["clock_warmup"] = timing.warm_clocks()
+    meta["timing"] = {**timing.timing_meta(), "passes": max(3, timing.DECODE_PASSES), "l2": "warm"}
     meta["impls"] = IMPLS
     meta["sglang_table"] = {f"{'il' if il else 'nil'} N={n}": TileConfig(*v, "table").label
                             for (il, n), v in SGLANG_TABLE.items()}  # fmt: skip
@@ -311,7 +310,7 @@ def run(out_dir: str | Path, command=None, budget_s: float | None = 200.0) -> tu
     meta["gpu_state_after"] = provenance.gpu_state()
     slug = provenance.device_slug()
     csv_path = Path(out_dir) / "data" / f"decode_{slug}.csv"
-    bench.write_csv(rows, csv_path)
+    timing.write_csv(rows, csv_path)
     json_path = provenance.write_record(csv_path.with_suffix(".json"), json.dumps(meta, indent=1) + "\n")
     return csv_path, json_path, rows
 

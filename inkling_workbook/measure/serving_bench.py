@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from inkling_workbook.measure import bench
+from inkling_workbook.measure import timing
 
 CHAIN_M = (1, 4, 16)
 CHAIN_N = 1536
@@ -41,11 +41,11 @@ def decode_chain(ms=CHAIN_M, n: int = CHAIN_N, hidden: int = CHAIN_HIDDEN) -> li
             return torch.mm(silu_and_mul(torch.mm(x, w1), interleaved=False, enable_pdl=pdl), w2)
 
         timers = {
-            "gemms_only": bench.GraphTimer([gemms_only]),
-            "chain_no_pdl": bench.GraphTimer([lambda: chain(False)]),
-            "chain_pdl": bench.GraphTimer([lambda: chain(True)]),
+            "gemms_only": timing.GraphTimer([gemms_only]),
+            "chain_no_pdl": timing.GraphTimer([lambda: chain(False)]),
+            "chain_pdl": timing.GraphTimer([lambda: chain(True)]),
         }
-        t = bench.time_interleaved(timers, bench.DECODE_PASSES)
+        t = timing.time_interleaved(timers, timing.DECODE_PASSES)
         ref = torch.mm(silu_and_mul(torch.mm(x, w1), interleaved=False, enable_pdl=False), w2)
         same = torch.equal(chain(True).view(torch.int16), ref.view(torch.int16))
         row = {"M": M, "N": n, "hidden": hidden, "pdl_output_bitwise_equal": same}
@@ -100,7 +100,7 @@ def run(out) -> dict:
 
     from inkling_workbook.measure import hostbench, provenance
 
-    doc = {"provenance": provenance.collect(), "clock_warmup": bench.warm_clocks()}
+    doc = {"provenance": provenance.collect(), "clock_warmup": timing.warm_clocks()}
     doc["decode_chain"] = decode_chain()
     doc["host_overhead"] = {
         "pdl_off": hostbench.measure_host_overhead(enable_pdl=False),

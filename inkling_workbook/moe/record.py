@@ -64,14 +64,14 @@ def run(
     seconds) while the compile budget lasts (where fullgraph fails, the error is kept
     and ``fullgraph=False`` is compiled and timed instead). A failing variant records its error string. Writes
     ``out_dir/data/moe_layer_<device>.json`` and ``.csv``. ``timer`` (default
-    :mod:`inkling_workbook.measure.bench`: ``GraphTimer``, ``time_interleaved``, ``warm_clocks``) and
+    :mod:`inkling_workbook.measure.timing`: ``GraphTimer``, ``time_interleaved``, ``warm_clocks``) and
     ``compile_backend`` let a CPU test run the timing code with a stand-in timer."""
     import json
     from pathlib import Path
 
     from tqdm import tqdm
 
-    from inkling_workbook.measure import bench, provenance
+    from inkling_workbook.measure import bench, provenance, timing
 
     t0 = time.perf_counter()
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -93,10 +93,10 @@ def run(
         else "CPU stand-in: dequantize both operands to fp32 and multiply (scaled_mm_standin)",
         "topk_weights": "applied in the combine (fp32 weighted sum of the k expert outputs), not in the activation",
         "timing": {
-            "method": "inkling_workbook.measure.bench: GraphTimer (>= 100 calls, >= 1 ms a replay), time_interleaved",
-            "rounds": bench.ROUNDS,
-            "decode_passes": bench.DECODE_PASSES,
-            "other_passes": bench.OTHER_PASSES,
+            "method": "inkling_workbook.measure.timing: GraphTimer (>= 100 calls, >= 1 ms a replay), time_interleaved",
+            "rounds": timing.ROUNDS,
+            "decode_passes": timing.DECODE_PASSES,
+            "other_passes": timing.OTHER_PASSES,
             "spread": "lowest and highest pass median",
             "timed": "the whole layer: router GEMM, softmax/top-k, grouping, GEMM1, activation, GEMM2, combine; "
             "per-expert counts read once before capture (fixed routing of the timed inputs)",
@@ -169,7 +169,7 @@ def run(
             doc["bitwise"].append({**base, "equal": None, "error": _err(e)})
         if not timed:
             continue
-        passes = bench.DECODE_PASSES if M <= bench.DECODE_MAX_M else bench.OTHER_PASSES
+        passes = timing.DECODE_PASSES if M <= timing.DECODE_MAX_M else timing.OTHER_PASSES
 
         def layer_call(v, x=x, layout=layout, plan=plan):
             ids_, w_ = route(x, layer)
@@ -259,5 +259,5 @@ def run(
     path = data / f"moe_layer_{slug}.json"
     provenance.write_record(path, json.dumps(doc, indent=1) + "\n")
     if doc["rows"]:
-        bench.write_csv(doc["rows"], path.with_suffix(".csv"))
+        timing.write_csv(doc["rows"], path.with_suffix(".csv"))
     return doc

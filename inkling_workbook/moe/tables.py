@@ -28,7 +28,7 @@ def timing_table(doc: dict):
     unfused (a tie where the ranges overlap), FP8 fused vs bf16."""
     import pandas as pd
 
-    from inkling_workbook.measure.bench import ties
+    from inkling_workbook.measure.timing import ties
 
     t = {(r["layout"], r["M"], r["kind"], r["variant"]): r for r in doc["rows"]}
     out = []
@@ -87,7 +87,7 @@ def _delta(t: dict, layout: str, M: int, kind: str, a: str, b: str) -> float | N
 
 
 def _verdict(f: dict, u: dict, faster: str, slower: str) -> str:
-    from inkling_workbook.measure.bench import verdict
+    from inkling_workbook.measure.timing import verdict
 
     return {"tie": "tie (ranges overlap)", "win": faster, "loss": slower}[verdict(f, u)]
 
@@ -148,7 +148,7 @@ def capture_table(cap: dict):
     nearest and the farthest pair of captures)."""
     import pandas as pd
 
-    from inkling_workbook.measure.bench import ties
+    from inkling_workbook.measure.timing import ties
 
     df = pd.DataFrame(cap["rows"])
     variants = list(dict.fromkeys(df.variant))
@@ -280,7 +280,7 @@ def conclusions(doc: dict, captures: dict | None = None) -> list[str]:
     which decides where it covers the M), what the masked comparison includes, where FP8 beats
     bf16 (the layer time ratio fp8 fused / bf16) and where not, the fused activation's share,
     the compiled layers against eager, and the errors."""
-    from inkling_workbook.measure.bench import ties
+    from inkling_workbook.measure.timing import ties
 
     t = _by_key(doc)
     across = {}

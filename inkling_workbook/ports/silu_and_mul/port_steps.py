@@ -25,7 +25,7 @@ Steps (interleaved layout ``g0 u0 g1 u1 ...``):
    (the package kernel's technique, complete).
 
 :func:`measure_steps` times every step and the package kernel with the project's method
-(:mod:`inkling_workbook.measure.bench`: fixed-count CUDA graphs, warm clocks, passes interleaved) and
+(:mod:`inkling_workbook.measure.timing`: fixed-count CUDA graphs, warm clocks, passes interleaved) and
 writes ``data/port_steps_<gpu>.csv`` and ``.json``.
 """
 
@@ -262,7 +262,7 @@ SHAPES = [(1, 3072), (16, 3072), (4096, 3072), (49152, 3072), (49152, 768)]
 
 
 def row(step: str, M: int, N: int, timing, sm_clock_mhz=None) -> dict:
-    """One CSV row: the step, the shape, its tile and the timing's columns (bench.Timing)."""
+    """One CSV row: the step, the shape, its tile and the timing's columns (timing.Timing)."""
     from inkling_workbook.measure.bench import silu_bytes
 
     index = STEP_NAMES.index(step) if step in STEP_NAMES else len(STEPS)
@@ -283,18 +283,18 @@ def row(step: str, M: int, N: int, timing, sm_clock_mhz=None) -> dict:
 
 def time_steps(shapes=SHAPES, names: list[str] | None = None, passes: int | None = None) -> list[dict]:
     """Time ``names`` (default: every step and the package) on ``shapes`` with the project's method:
-    one :class:`bench.GraphTimer` per implementation on the same buffers (warm L2), passes interleaved
-    across implementations (:func:`bench.time_interleaved`; decode shapes 3 passes, others 2
-    unless ``passes`` is given). GPU only; call :func:`bench.warm_clocks` first."""
-    from inkling_workbook.measure import bench
+    one :class:`timing.GraphTimer` per implementation on the same buffers (warm L2), passes interleaved
+    across implementations (:func:`timing.time_interleaved`; decode shapes 3 passes, others 2
+    unless ``passes`` is given). GPU only; call :func:`timing.warm_clocks` first."""
+    from inkling_workbook.measure import timing
 
     impls = implementations()
     names = names or list(impls)
     rows = []
     for M, N in shapes:
         x = torch.randn((M, 2 * N), device="cuda", dtype=torch.bfloat16)
-        n_passes = passes or (bench.DECODE_PASSES if M <= bench.DECODE_MAX_M else bench.OTHER_PASSES)
-        timings = bench.time_calls({k: lambda fn=impls[k], x=x: fn(x, None) for k in names}, n_passes)
+        n_passes = passes or (timing.DECODE_PASSES if M <= timing.DECODE_MAX_M else timing.OTHER_PASSES)
+        timings = timing.time_calls({k: lambda fn=impls[k], x=x: fn(x, None) for k in names}, n_passes)
         clock = provenance.gpu_state().get("sm_clock_mhz")
         rows += [row(k, M, N, timings[k], clock) for k in names]
     return rows
@@ -302,7 +302,7 @@ def time_steps(shapes=SHAPES, names: list[str] | None = None, passes: int | None
 
 def write_records(rows: list[dict], meta: dict, out: str | Path) -> tuple[Path, Path]:
     """The CSV ``out`` and its provenance JSON beside it, each written atomically."""
-    from inkling_workbook.measure.bench import write_csv
+    from inkling_workbook.measure.timing import write_csv
 
     out = Path(out)
     write_csv(rows, out)
@@ -314,18 +314,18 @@ def write_records(rows: list[dict], meta: dict, out: str | Path) -> tuple[Path, 
 def measure_steps(out: str | Path | None = None, shapes=SHAPES, command=None) -> tuple[Path, Path]:
     """Every step and the package kernel on :data:`SHAPES`, warm L2 -> ``data/port_steps_<gpu>.csv``
     and ``.json`` (provenance, method, steps). About a minute on an H200, compiles included."""
-    from inkling_workbook.measure import bench
+    from inkling_workbook.measure import timing
 
-    bench.require_gpu()
+    timing.require_gpu()
     out = Path(out) if out else provenance.REPO_ROOT / "data" / f"port_steps_{provenance.device_slug()}.csv"
     meta = provenance.collect(command)
-    meta["clock_warmup"] = bench.warm_clocks()
+    meta["clock_warmup"] = timing.warm_clocks()
     meta["timing"] = {
-        "method": "inkling_workbook.measure.bench: GraphTimer (>= 100 calls, >= 1 ms a replay), time_interleaved",
-        "rounds": bench.ROUNDS,
-        "decode_passes": bench.DECODE_PASSES,
-        "other_passes": bench.OTHER_PASSES,
-        "decode_max_m": bench.DECODE_MAX_M,
+        "method": "inkling_workbook.measure.timing: GraphTimer (>= 100 calls, >= 1 ms a replay), time_interleaved",
+        "rounds": timing.ROUNDS,
+        "decode_passes": timing.DECODE_PASSES,
+        "other_passes": timing.OTHER_PASSES,
+        "decode_max_m": timing.DECODE_MAX_M,
         "l2": "warm (the same buffers every call)",
         "output_policy": "every implementation allocates its output",
         "spread": "lowest and highest pass median",

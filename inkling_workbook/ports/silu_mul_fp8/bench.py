@@ -9,7 +9,7 @@ Writes, under ``data/`` (``<gpu>`` is ``h200`` on an NVIDIA H200):
   histogram against the float64 reference, the generated code), with provenance and the tally of
   every step of :mod:`inkling_workbook.ports.silu_mul_fp8.steps` over the same cases;
 * ``silu_mul_fp8_bench_<gpu>.csv`` and ``.json``: per shape of :func:`sweep_shapes` the median and
-  spread of each implementation (``inkling_workbook.measure.bench.time_calls``: CUDA-graph replay of a
+  spread of each implementation (``inkling_workbook.measure.timing.time_calls``: CUDA-graph replay of a
   fixed count of calls, passes interleaved), the bits of the timed outputs compared with the
   original's, and the provenance.
 
@@ -55,9 +55,9 @@ _compiled = {}
 
 def compiled_formula():
     """``torch.compile(formula, dynamic=False)``: one static graph per shape (recompile limits raised
-    as in :mod:`inkling_workbook.measure.bench`)."""
+    as in :mod:`inkling_workbook.measure.timing`)."""
     if "static" not in _compiled:
-        from inkling_workbook.measure.bench import _configure_dynamo
+        from inkling_workbook.measure.timing import _configure_dynamo
 
         _configure_dynamo()
         _compiled["static"] = torch.compile(helion_side.formula, dynamic=False)
@@ -76,8 +76,8 @@ POISON = {"port": 0x7F, "helion": 0xFF}
 
 def verdict(a: dict, b: dict) -> str:
     """``a`` against ``b`` by their [lo, hi] ranges: ``"win"``, ``"tie"`` or ``"loss"``
-    (:func:`inkling_workbook.measure.bench.verdict`)."""
-    from inkling_workbook.measure.bench import verdict as by_ranges
+    (:func:`inkling_workbook.measure.timing.verdict`)."""
+    from inkling_workbook.measure.timing import verdict as by_ranges
 
     return by_ranges(a, b)
 
@@ -88,9 +88,9 @@ def time_shape(M: int, N: int, device: torch.device, cold: bool = False) -> list
     the bits of every output the timed graphs wrote compared with the original's (port and helion
     write preallocated outputs, poisoned with different bytes before timing; torch.compile
     allocates its own inside the graph, its bits checked on an eager call of the compiled graph)."""
-    from inkling_workbook.measure import bench
+    from inkling_workbook.measure import timing
 
-    n_sets = bench.n_buffer_sets(nbytes(M, N), cold)
+    n_sets = timing.n_buffer_sets(nbytes(M, N), cold)
     gen = torch.Generator(device=device).manual_seed(M * 7919 + N)
     xs = [(torch.randn((M, 2 * N), generator=gen, device=device) * 3).to(torch.bfloat16) for _ in range(n_sets)]
     scale = torch.tensor([SCALE], dtype=torch.float32, device=device)
@@ -119,7 +119,7 @@ def time_shape(M: int, N: int, device: torch.device, cold: bool = False) -> list
         ],  # fmt: skip
         "compile": [lambda x=x: compiled(x, scale) for x in xs],
     }
-    timings = bench.time_calls(calls, PASSES)
+    timings = timing.time_calls(calls, PASSES)
     if device.type == "cuda":
         torch.cuda.synchronize()
     port_mismatch = sum(int((_bits(p) != _bits(h)).sum()) for p, h in zip(outs["port"], outs["helion"]))
@@ -148,18 +148,18 @@ def time_shape(M: int, N: int, device: torch.device, cold: bool = False) -> list
 
 
 def run_sweep(shapes, device: torch.device, progress: bool = True, csv_path: Path | None = None) -> list[dict]:
-    """Every shape at warm L2, and cold where the rotation fits (``bench.cold_feasible``); the CSV
+    """Every shape at warm L2, and cold where the rotation fits (``timing.cold_feasible``); the CSV
     rewritten after each shape, so a run stopped half way keeps what it measured."""
-    from inkling_workbook.measure import bench
+    from inkling_workbook.measure import timing
 
     rows = []
     for M, N in _progress(shapes, "timing sweep", progress):
         for cold in (False, True):
-            if cold and (device.type != "cuda" or not bench.cold_feasible(nbytes(M, N))):
+            if cold and (device.type != "cuda" or not timing.cold_feasible(nbytes(M, N))):
                 continue
             rows += time_shape(M, N, device, cold)
         if csv_path is not None:
-            bench.write_csv(rows, csv_path)
+            timing.write_csv(rows, csv_path)
     return rows
 
 
@@ -310,7 +310,7 @@ def run(
     (:func:`warm_shape`), filling Triton's on-disk cache; torch.compile's graphs are compiled and
     the timing runs afterwards in this process alone, the workers gone. Writes the records under ``out/data``
     (default: the repository's ``data/``)."""
-    from inkling_workbook.measure import bench
+    from inkling_workbook.measure import timing
 
     unknown = set(parts) - set(PARTS)
     if unknown or not parts:
@@ -322,7 +322,7 @@ def run(
         raise TypeError("jobs > 1 needs cases as a MODULE:NAME string (worker processes rebuild them)")
     device = torch.device(device)
     if device.type == "cuda":
-        bench.require_gpu()
+        timing.require_gpu()
     root = Path(out) if out else provenance.REPO_ROOT
     data = root / "data"
     slug = provenance.device_slug(device)
@@ -373,16 +373,16 @@ def run(
         result["ok"] = ok
         return result
     if device.type == "cuda":
-        meta["clock_warmup"] = bench.warm_clocks()
+        meta["clock_warmup"] = timing.warm_clocks()
     t_sweep = time.perf_counter()
     csv_path = data / f"silu_mul_fp8_bench_{slug}.csv"
     rows = run_sweep(sweep_list, device, progress, csv_path)
-    bench.write_csv(rows, csv_path)
+    timing.write_csv(rows, csv_path)
     ports = [r for r in rows if r["impl"] == "port"]
     bench_meta = {
         "provenance": meta,
         "timing": {
-            **{k: v for k, v in bench.timing_meta().items() if k not in ("decode_passes", "other_passes")},
+            **{k: v for k, v in timing.timing_meta().items() if k not in ("decode_passes", "other_passes")},
             "passes": PASSES,
             "l2": "warm (the same buffers every call) and, where the rotation fits, cold (buffer sets over "
             "three L2s of data)",

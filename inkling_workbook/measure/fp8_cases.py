@@ -2,7 +2,7 @@
 
 Data, not timing: :func:`fp8_cases` lists the cases, :func:`fp8_impls` builds, for one case, the
 calls to time (each with its preallocated CUDA buffers) and the bytes the op must move. The
-timer (CUDA-graph replay, the fixed-count method of :mod:`inkling_workbook.measure.bench`) is the
+timer (CUDA-graph replay, the fixed-count method of :mod:`inkling_workbook.measure.timing`) is the
 caller's.
 
 Bytes moved, per row present (the same count for every implementation, so their effective
