@@ -132,13 +132,13 @@ def _moe_layer(args) -> int:
 
 
 def _figures(args) -> int:
-    from inkling_workbook.publish import plots
+    from inkling_workbook.publish import figures, tables
 
-    written = plots.draw_all(Path(args.data), Path(args.out))
+    written = figures.draw_all(Path(args.data), Path(args.out))
     for p in written:
         print(f"wrote {p}")
     readme = Path(args.readme) if args.readme else None
-    if readme is not None and plots.update_readme(readme, Path(args.data)):
+    if readme is not None and tables.update_readme(readme, Path(args.data)):
         print(f"updated the generated tables in {readme}")
     if not written:
         print(f"no benchmark CSV in {args.data}: run `python -m inkling_workbook bench` on a GPU first")

@@ -89,20 +89,20 @@ def test_fp8_targets_on_a_small_sweep():
     """FP8 targets from a hand-made sweep (the masked case reads the T column, not a row's .T)."""
     import pandas as pd
 
-    from inkling_workbook.publish import plots
+    from inkling_workbook.publish import fp8_figures, tables
 
     base = {"op": "silu_and_mul_fp8", "l2": "warm", "column_major_scales": False, "scale_ue8m0": False}
     rows = []
     for impl, t in (("fused", 100.0), ("unfused", 180.0), ("torch_compile_static", 200.0)):
         rows.append({**base, "M": 49152, "N": 3072, "layout": "nil", "masked": False, "E": None, "T": None,
                      "impl": impl, "median_us": t, "tbps": 760e6 / t / 1e6, "ceiling_tbps": 4.4})  # fmt: skip
-    targets = plots.fp8_targets(pd.DataFrame(rows))
+    targets = fp8_figures.fp8_targets(pd.DataFrame(rows))
     assert len(targets) == 3 and not any("masked" in r["target"] for r in targets)  # no masked rows
     # with the ceiling's copy timed in the case's own passes a case counts at the lower of its two
     # shares (100 us moves 7.6 TB/s): met only where both readings are <= 7.6 / 0.97 = 7.835 TB/s
     for start, same, met in ((7.7, 7.7, True), (7.9, 7.7, False), (7.7, 7.9, False), (7.9, 7.9, False)):
         again = pd.DataFrame(rows).assign(ceiling_tbps=start, ceiling_same_passes_tbps=same)
-        ceiling = _target(plots.fp8_targets(again), "ceiling")
+        ceiling = _target(fp8_figures.fp8_targets(again), "ceiling")
         assert ceiling["met"] is met, (start, same, ceiling)
         share, share_same = f"{100 * 7.6 / start:.1f}", f"{100 * 7.6 / same:.1f}"
         assert ceiling["measured"].startswith(f"against the run-start ceiling {share}-{share}%"), ceiling
@@ -111,12 +111,12 @@ def test_fp8_targets_on_a_small_sweep():
     # the lower of the two, and the text says how many had it
     two = pd.DataFrame(rows + [{**rows[0], "N": 1536}])
     mixed = two.assign(ceiling_tbps=7.7, ceiling_same_passes_tbps=[7.9 if n == 1536 else None for n in two.N])
-    ceiling = _target(plots.fp8_targets(mixed), "ceiling")
+    ceiling = _target(fp8_figures.fp8_targets(mixed), "ceiling")
     assert not ceiling["met"] and "(1 of 2 cases)" in ceiling["measured"], ceiling
     ok = two.assign(ceiling_tbps=7.7, ceiling_same_passes_tbps=[7.7 if n == 1536 else None for n in two.N])
-    assert _target(plots.fp8_targets(ok), "ceiling")["met"]
+    assert _target(fp8_figures.fp8_targets(ok), "ceiling")["met"]
     rows += _masked_rows(base, {256: 4.0, 512: 4.2, 2048: 4.4}, full_us=7.0, x8_us=20.0)
-    targets = plots.fp8_targets(pd.DataFrame(rows))
+    targets = fp8_figures.fp8_targets(pd.DataFrame(rows))
     assert len(targets) == 6
     # not E x T: 921 rows in T = 256 / 512 / 2048 buffers, 4.4 / 4.0 = 1.10x
     not_et = _target(targets, "not E x T")
@@ -141,36 +141,36 @@ def test_fp8_targets_on_a_small_sweep():
     assert "per-row at T = 256, 921 of 2048 rows: 1.37x (one 2-D call on only those rows: 1.09x)" in fixed["measured"]
     # a time that grows with T misses the first; a row that costs more masked misses the second
     rows = [r for r in rows if not r["masked"]] + _masked_rows(base, {256: 4.0, 512: 4.5, 2048: 5.2}, 7.0, 30.0)
-    targets = plots.fp8_targets(pd.DataFrame(rows))
+    targets = fp8_figures.fp8_targets(pd.DataFrame(rows))
     assert not _target(targets, "not E x T")["met"]  # 5.2 / 4.0 = 1.30x
     assert not _target(targets, "the rows present")["met"]  # T = 2048: (30 - 5.2) / 6447 over 2.30 ns: 1.67x
-    assert "| report |" in plots.targets_markdown_rows(targets)
+    assert "| report |" in tables.targets_markdown_rows(targets)
     # with a repeat a target is met only if met in both; where they disagree the repeat is quoted
     good = pd.DataFrame([r for r in rows if not r["masked"]] + _masked_rows(base, {256: 4.0, 2048: 4.4}, 7.0, 20.0))
     bad = pd.DataFrame([r for r in rows if not r["masked"]] + _masked_rows(base, {256: 4.0, 2048: 5.2}, 7.0, 30.0))
-    both = plots.fp8_targets(good, repeat=good)
+    both = fp8_figures.fp8_targets(good, repeat=good)
     assert _target(both, "not E x T")["met"] and _target(both, "not E x T")["measured"].endswith("; repeat: met too")
-    mixed = plots.fp8_targets(good, repeat=bad)
+    mixed = fp8_figures.fp8_targets(good, repeat=bad)
     present = _target(mixed, "the rows present")
     assert not present["met"] and "; repeat: MISSED, T = 256" in present["measured"], present["measured"]
     not_et = _target(mixed, "not E x T")  # the repeat's 921 rows: 5.2 / 4.0 = 1.30x
     assert not not_et["met"] and "repeat: MISSED" in not_et["measured"] and "max/min 1.30x" in not_et["measured"]
     fixed = _target(mixed, "fixed cost")
     assert fixed["met"] is None and "repeat" not in fixed["measured"]  # a report is not judged
-    assert not _target(plots.fp8_targets(good, repeat=good.iloc[:3]), "not E x T")["met"]  # not in the repeat
+    assert not _target(fp8_figures.fp8_targets(good, repeat=good.iloc[:3]), "not E x T")["met"]  # not in the repeat
     # a sweep without the larger buffers (before cf4b87e) says so rather than dropping the target
     rows = [r for r in rows if not r["masked"] or r["T"] == 256]
-    not_et = _target(plots.fp8_targets(pd.DataFrame(rows)), "not E x T")
+    not_et = _target(fp8_figures.fp8_targets(pd.DataFrame(rows)), "not E x T")
     assert not not_et["met"] and not_et["measured"].startswith("not measured")
     # decode: against silu_and_mul timed in the same passes when the sweep has it, else the silu sweep's
     silu = pd.DataFrame([{"M": 16, "N": 3072, "layout": "nil", "impl": "triton_pdl", "l2": "warm",
                           "weighted": False, "median_us": 0.90}])  # fmt: skip
     rows.append({**base, "M": 16, "N": 3072, "layout": "nil", "masked": False, "impl": "fused", "median_us": 1.15})
-    decode = next(r for r in plots.fp8_targets(pd.DataFrame(rows), silu) if "decode" in r["target"])
+    decode = next(r for r in fp8_figures.fp8_targets(pd.DataFrame(rows), silu) if "decode" in r["target"])
     assert not decode["met"] and "+0.25 to +0.25 us (1 shapes, silu_and_mul from the silu sweep)" == decode["measured"]
     rows.append({**base, "M": 16, "N": 3072, "layout": "nil", "masked": False, "impl": "silu_and_mul_alone",
                  "median_us": 0.96})  # fmt: skip
-    decode = next(r for r in plots.fp8_targets(pd.DataFrame(rows), silu) if "decode" in r["target"])
+    decode = next(r for r in fp8_figures.fp8_targets(pd.DataFrame(rows), silu) if "decode" in r["target"])
     assert decode["met"] and decode["measured"].startswith("+0.19 to +0.19 us (1 shapes, silu_and_mul timed in the")
     assert "+0.25 to +0.25 us (1 shapes, silu_and_mul from the silu sweep)" in decode["measured"]
     assert next(r for r in targets if "two kernels" in r["target"])["met"]  # 1.8x >= 1.75x
@@ -329,24 +329,24 @@ def test_gpu_explore_times_the_asked_implementations():
 
 
 def test_fp8_repeat_is_found_by_the_published_commit(tmp_path):
-    """``plots.fp8_repeat``: the repeat of a published FP8 sweep is the file FP8_REPEATS names for
+    """``fp8_figures.fp8_repeat``: the repeat of a published FP8 sweep is the file FP8_REPEATS names for
     its record's commit, under rerun/; another commit, or no such file, has none."""
     import json
 
     import pandas as pd
 
-    from inkling_workbook.publish import plots
+    from inkling_workbook.publish import fp8_figures
 
     csv = tmp_path / "fp8_bench_h200.csv"
     pd.DataFrame([{"case": "x", "median_us": 1.0}]).to_csv(csv, index=False)
     (tmp_path / "rerun").mkdir()
-    commit, name = next(iter(plots.FP8_REPEATS.items()))
+    commit, name = next(iter(fp8_figures.FP8_REPEATS.items()))
     pd.DataFrame([{"case": "x", "median_us": 2.0}]).to_csv(tmp_path / "rerun" / name, index=False)
     csv.with_suffix(".json").write_text(json.dumps({"git_commit": commit + "0" * 33}))
-    assert plots.fp8_repeat(csv).median_us.tolist() == [2.0]
+    assert fp8_figures.fp8_repeat(csv).median_us.tolist() == [2.0]
     csv.with_suffix(".json").write_text(json.dumps({"git_commit": "0" * 40}))
-    assert plots.fp8_repeat(csv) is None
-    assert plots.fp8_repeat(tmp_path / "none.csv") is None
+    assert fp8_figures.fp8_repeat(csv) is None
+    assert fp8_figures.fp8_repeat(tmp_path / "none.csv") is None
 
 
 def test_clock_sampler_windows():
@@ -377,7 +377,7 @@ def test_masked_row_cost_reads_its_spread_and_names_a_tie():
     ties are throughout the workbook); with a repeat, the repeat's ratios are quoted too."""
     import pandas as pd
 
-    from inkling_workbook.publish import plots
+    from inkling_workbook.publish import fp8_figures
 
     base = {"op": "silu_and_mul_fp8", "l2": "warm", "column_major_scales": False, "scale_ue8m0": False}
 
@@ -389,13 +389,13 @@ def test_masked_row_cost_reads_its_spread_and_names_a_tie():
 
     # T = 256: masked (7.0 - 4.0) over 2-D (6.5 - 3.2): 0.909x; spreads of 0.05 us each way: masked
     # 2.9-3.1, 2-D 3.2-3.4, so 2.9 / 3.4 = 0.853x to 3.1 / 3.2 = 0.969x
-    present = _target(plots.fp8_targets(sweep(7.0, 0.05)), "the rows present")
+    present = _target(fp8_figures.fp8_targets(sweep(7.0, 0.05)), "the rows present")
     assert present["met"] and "(0.909x; from the spreads 0.85-0.97x)" in present["measured"], present["measured"]
     assert "tie" not in present["measured"]
     # (8.0 - 4.0) / 3.3 = 1.212x, spreads 0.05: 3.9 / 3.4 = 1.147x to 4.1 / 3.2 = 1.281x holds 1.25
-    tied = plots.fp8_targets(sweep(8.0, 0.05), repeat=sweep(8.0, 0.05))
+    tied = fp8_figures.fp8_targets(sweep(8.0, 0.05), repeat=sweep(8.0, 0.05))
     present = _target(tied, "the rows present")
     assert present["met"] and "(1.212x; from the spreads 1.15-1.28x: a tie with the limit)" in present["measured"]
     assert "repeat: met too (T = 256 1.212x, a tie with the limit; T = 2048 1.054x)" in present["measured"]
     # (8.5 - 4.0) / 3.3 = 1.364x: missed, whatever the spreads
-    assert not _target(plots.fp8_targets(sweep(8.5, 0.05)), "the rows present")["met"]
+    assert not _target(fp8_figures.fp8_targets(sweep(8.5, 0.05)), "the rows present")["met"]

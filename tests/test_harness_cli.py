@@ -15,7 +15,7 @@ from inkling_kernels import _backend
 from inkling_kernels.reference import silu_and_mul_ref
 from inkling_workbook import cli
 from inkling_workbook.ports.silu_and_mul import harness, helion_original, portcheck_cases
-from inkling_workbook.publish import plots
+from inkling_workbook.publish import speedup, style, tables
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
@@ -161,10 +161,10 @@ def test_figures_and_summary_from_recorded_data(tmp_path, capsys):
         for ext in (".png", ".svg"):
             assert (tmp_path / f"{stem}{ext}").stat().st_size > 5000
     assert readme.read_text() == (DATA.parent / "docs" / "results.md").read_text()  # its tables were current
-    md = plots.summary_markdown(DATA)
+    md = tables.summary_markdown(DATA)
     assert "| 49152 | 3072 | il |" in md and "NVFP4 fused" in md
-    df, meta = plots.load_bench(DATA / "bench_h200.csv")
-    targets = plots.targets_table(df, meta)
+    df, meta = style.load_bench(DATA / "bench_h200.csv")
+    targets = speedup.targets_table(df, meta)
     assert len(targets) >= 6 and set(targets.met.unique()) <= {True, False}
 
 
@@ -238,10 +238,10 @@ def test_rerun_table_pairs_timings():
         + [{**base, "M": 8, "impl": "helion", "median_us": 2.0}]
     )
     again = pd.DataFrame([{**base, "M": m, "impl": "triton", "median_us": t} for m, t in [(1, 1.5), (49152, 54.0)]])
-    table = plots.rerun_table(again, recorded)
+    table = speedup.rerun_table(again, recorded)
     assert len(table) == 2
     assert table.set_index("M").ratio.to_dict() == pytest.approx({1: 1.25, 49152: 1.0})
-    summary = plots.rerun_summary(table)
+    summary = speedup.rerun_summary(table)
     assert set(summary["size"]) == {"decode (M <= 16)", "large (M >= 4096)"} and summary.timings.sum() == 2
 
 

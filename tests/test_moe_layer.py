@@ -290,7 +290,7 @@ def _synthetic_captures() -> dict:
 
 
 def test_tables_conclusions_and_figures_from_a_record(tmp_path):
-    from inkling_workbook.publish import plots
+    from inkling_workbook.publish import moe_figures
 
     moe_record.run(tmp_path, Ms=(8,), device="cpu", progress=False)
     doc = _synthetic_record(moe_tables.load_record(tmp_path / "data" / "moe_layer_cpu.json"))
@@ -344,7 +344,7 @@ def test_tables_conclusions_and_figures_from_a_record(tmp_path):
     assert "contiguous: the fusion does not pay (tie or loss) at M = [8]" in lines, lines
     assert "masked: the fused layer is faster than the unfused one at every M measured" in lines, lines
     assert any(s.startswith("masked: the saving includes skipped work") for s in lines), lines
-    for draw, stem in ((plots.draw_moe_layer, "moe_layer_x"), (plots.draw_moe_error, "moe_error_x")):
+    for draw, stem in ((moe_figures.draw_moe_layer, "moe_layer_x"), (moe_figures.draw_moe_error, "moe_error_x")):
         paths = draw(doc, tmp_path / stem)
         assert [p.suffix for p in paths] == [".png", ".svg"] and all(p.stat().st_size > 1000 for p in paths)
 
@@ -352,7 +352,7 @@ def test_tables_conclusions_and_figures_from_a_record(tmp_path):
 def test_moe_layer_figure_shows_times_in_us_and_the_ratios_around_one():
     """The layer figure: a column per layout; on top each variant's layer time in us, below the two
     verdict ratios with their spread and the line at 1.0 they are read against."""
-    from inkling_workbook.publish import plots
+    from inkling_workbook.publish import moe_figures
 
     doc = {"layouts": list(ml.LAYOUTS), "variants": list(ml.VARIANTS), "shape": SHAPE,
            "provenance": {"device": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0"}, "rows": []}  # fmt: skip
@@ -362,14 +362,14 @@ def test_moe_layer_figure_shows_times_in_us_and_the_ratios_around_one():
                 us *= M / 16
                 doc["rows"].append({"M": M, "layout": layout, "kind": "layer", "variant": v, "median_us": us,
                                     "lo_us": us * 0.999, "hi_us": us * 1.001})  # fmt: skip
-    fig = plots.draw_moe_layer(doc)
+    fig = moe_figures.draw_moe_layer(doc)
     top, bottom = fig.axes[0], fig.axes[2]
     assert len(fig.axes) == 4 and "us" in top.get_ylabel() and "ratio" in bottom.get_ylabel()
     assert any(set(ln.get_ydata()) == {1.0} for ln in bottom.get_lines())  # the line at 1.0
     texts = {t.get_text() for t in bottom.texts}
     assert {f"{104 / 105:.3f}", f"{104 / 100:.3f}"} <= texts  # each ratio printed beside its marker
     assert "NVIDIA H200" in " ".join(t.get_text() for t in fig.texts)  # the footer names the GPU
-    lo = plots.moe_ratio(doc["rows"][2], doc["rows"][1])
+    lo = moe_figures.moe_ratio(doc["rows"][2], doc["rows"][1])
     assert lo[1] < lo[0] < lo[2]
     import matplotlib.pyplot as plt
 

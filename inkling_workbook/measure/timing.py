@@ -23,7 +23,7 @@ Method (per implementation and shape):
    keep the extremes). Two timings whose [lo, hi] ranges overlap are a tie. A difference
    outside the ranges but smaller than the run-to-run reproducibility that the publishing job
    measures (notebook 06 re-times a subset) is still a win or a loss, marked as one a second run
-   could reverse (``plots.speedup_table``'s ``near_*``).
+   could reverse (``speedup.speedup_table``'s ``near_*``).
 7. In the silu sweep every implementation allocates its output (inside a captured graph an allocation costs
    nothing at replay), so all follow the same output policy.
 8. Effective bandwidth = bytes the op must move (reads + writes, counted, not measured) / time.

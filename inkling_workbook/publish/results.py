@@ -6,8 +6,8 @@ runs the same comparison, so a table in the documents cannot drift from its reco
 
 * ``headline`` (both files): the port against the strongest baseline at decode, mid and large
   sizes, and the fused FP8 and NVFP4 kernels against their unfused pair and torch.compile;
-* ``summary``, ``serving`` (docs/results.md): the per-target tables (:func:`plots.summary_markdown`,
-  :func:`plots.serving_markdown`);
+* ``summary``, ``serving`` (docs/results.md): the per-target tables (:func:`tables.summary_markdown`,
+  :func:`tables.serving_markdown`);
 * ``ledger`` (docs/results.md): each record's provenance (commit, GPU, versions, date).
 
 Nothing here measures: every number is read from a record.
@@ -77,9 +77,9 @@ def headline_markdown(data_dir: Path, method_link: str = "docs/results.md#how-we
     off; *rerun* marks a verdict within the drift of the sweep's repeat."""
     import pandas as pd
 
-    from inkling_workbook.publish import plots
+    from inkling_workbook.publish import fp8_figures, speedup, style
 
-    df, meta = plots.load_bench(data_dir / "bench_h200.csv")
+    df, meta = style.load_bench(data_dir / "bench_h200.csv")
     fp8 = pd.read_csv(data_dir / "fp8_bench_h200.csv")
     fp8_meta = json.loads((data_dir / "fp8_bench_h200.json").read_text())
     nv = pd.read_csv(data_dir / "nvfp4_bench_h200.csv")
@@ -88,7 +88,7 @@ def headline_markdown(data_dir: Path, method_link: str = "docs/results.md#how-we
         "speedup | vs torch.compile |",
         "|---|---|---:|---|---:|---:|---:|",
     ]
-    tol = plots.rerun_tolerance(data_dir / "bench_h200.csv")
+    tol = speedup.rerun_tolerance(data_dir / "bench_h200.csv")
     silu = df[(df.op == "silu_and_mul") & (df.group == "source") & (df.l2 == "warm")]
     bases = ("helion_sm90", "helion_fixed", "compile_static", "compile_dynamic_m")
     for size, M, N, layout, w in SILU_ROWS:
@@ -98,10 +98,10 @@ def headline_markdown(data_dir: Path, method_link: str = "docs/results.md#how-we
         best = cand.loc[cand.median_us.idxmin()]
         shape = f"{M} x {N} {'interleaved' if layout == 'il' else GATE_UP}{', weights' if w else ''}"
         lines.append(
-            f"| `silu_and_mul`, {size} | {shape} | {_us(port)} | {plots.LABELS[best.impl]} | {_us(best)} | "
+            f"| `silu_and_mul`, {size} | {shape} | {_us(port)} | {style.LABELS[best.impl]} | {_us(best)} | "
             f"{_ratio(best, port, tol.get(size, 0.0))} | {_ratio(_best_compile(rows), port, tol.get(size, 0.0))} |"
         )
-    repeat = plots.fp8_repeat(data_dir / "fp8_bench_h200.csv")
+    repeat = fp8_figures.fp8_repeat(data_dir / "fp8_bench_h200.csv")
     plain = _plain_fp8(fp8)
     again = _plain_fp8(repeat) if repeat is not None else None
     for M, N in FP8_ROWS:
@@ -138,13 +138,13 @@ def headline_markdown(data_dir: Path, method_link: str = "docs/results.md#how-we
             f"| `silu_and_mul_nvfp4_quant` | {M} x {N} {GATE_UP}, {int(port.experts)} experts | {_us(port)} | "
             f"{label} | {_us(best)} | {_ratio(best, port, best_tol)} | {_ratio(comp, port, tol_comp)} |"
         )
-    both = pd.concat([plots.speedup_table(df, l2) for l2 in ("warm", "cold") if (df.l2 == l2).any()])
+    both = pd.concat([speedup.speedup_table(df, l2) for l2 in ("warm", "cold") if (df.l2 == l2).any()])
     parts = []
     for size in ("decode", "mid", "large"):
-        t = both[both.M.map(plots.size_class) == size]
+        t = both[both.M.map(speedup.size_class) == size]
         slower = int(((t.vs_compile_best < 1) & ~t.tie_compile_best).sum())
         parts.append(
-            f"{size} {plots.geomean(t.vs_helion_best):.2f}x / {plots.geomean(t.vs_compile_best):.2f}x "
+            f"{size} {speedup.geomean(t.vs_helion_best):.2f}x / {speedup.geomean(t.vs_compile_best):.2f}x "
             f"(slower than the best compile on {slower} of {len(t)})"
         )
     lines += [
@@ -239,14 +239,14 @@ def ledger_markdown(data_dir: Path) -> str:
 
 def block(name: str, data_dir: Path, doc: str = "README.md") -> str:
     """The generated block ``name`` of document ``doc`` (links are relative to it)."""
-    from inkling_workbook.publish import plots
+    from inkling_workbook.publish import tables
 
     if name == "headline":
         return headline_markdown(data_dir, "docs/results.md#how-we-time" if doc == "README.md" else "#how-we-time")
     if name == "summary":
-        return plots.summary_markdown(data_dir)
+        return tables.summary_markdown(data_dir)
     if name == "serving":
-        return plots.serving_markdown(data_dir)
+        return tables.serving_markdown(data_dir)
     if name == "ledger":
         return ledger_markdown(data_dir)
     raise ValueError(f"no generated block named {name!r}")
