@@ -290,7 +290,7 @@ _TWO_CPU_CASES = """
 import json
 import inkling_kernels as ik
 import portcheck
-from inkling_workbook import helion_original, portcheck_cases
+from inkling_workbook.ports.silu_and_mul import helion_original, portcheck_cases
 cases = portcheck_cases.cpu_cases()
 picked = [cases[0], next(c for c in cases if c.name.startswith("w 2x768+2 bfloat16 edges") and "False" in c.name)]
 ref = portcheck_cases.reference

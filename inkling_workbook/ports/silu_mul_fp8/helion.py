@@ -24,7 +24,7 @@ with a float64 reference and the formula in torch for ``torch.compile``.
   smallest tuned numtokens >= M (512, the largest, above it). vLLM looks the file up by the GPU's
   name; it ships none for ``nvidia_h200`` (only ``nvidia_h100`` and ``nvidia_b200``), so on an
   H200 vLLM would disable the kernel. The H100 table is the one tuned for this GPU class (sm_90)
-  and is what runs here. ``silu_mul_fp8_h100_table.json`` holds its entries for the intermediate
+  and is what runs here. ``helion_h100_table.json`` holds its entries for the intermediate
   sizes 2048 and 2880 (every N from 1 to 3488 picks one of them) at the numtokens this
   workbook's shapes pick: M in 1..32, 57..64, 121..128, 241..256 and M > 496.
 
@@ -52,7 +52,7 @@ from inkling_kernels import _backend
 from inkling_workbook.ports.silu_mul_fp8.port import OUT_DTYPE, check_args
 
 INSTALL_HINT = "the helion original needs helion 1.4.0: pip install 'inkling-kernels[helion]'"
-_TABLE_PATH = Path(__file__).with_name("silu_mul_fp8_h100_table.json")
+_TABLE_PATH = Path(__file__).with_name("helion_h100_table.json")
 E4M3_MAX = 448.0
 
 
