@@ -261,8 +261,8 @@ def implementations() -> dict[str, Callable]:
 SHAPES = [(1, 3072), (16, 3072), (4096, 3072), (49152, 3072), (49152, 768)]
 
 
-def row(step: str, M: int, N: int, timing, sm_clock_mhz=None) -> dict:
-    """One CSV row: the step, the shape, its tile and the timing's columns (timing.Timing)."""
+def row(step: str, M: int, N: int, t, sm_clock_mhz=None) -> dict:
+    """One CSV row: the step, the shape, its tile and the columns of its timing ``t`` (timing.Timing)."""
     from inkling_workbook.measure.bench import silu_bytes
 
     index = STEP_NAMES.index(step) if step in STEP_NAMES else len(STEPS)
@@ -276,7 +276,7 @@ def row(step: str, M: int, N: int, timing, sm_clock_mhz=None) -> dict:
         "layout": "il",
         "config": config,
         "l2": "warm",
-        **timing.columns(silu_bytes(M, N, False), 4),
+        **t.columns(silu_bytes(M, N, False), 4),
         "sm_clock_mhz": sm_clock_mhz,
     }
 
