@@ -25,8 +25,10 @@ def _check(args) -> int:
     if args.matrix:
         kind = args.matrix
     if args.nvfp4:
-        rows = harness.run_nvfp4_matrix("gpu" if kind == "gpu" else "cpu", device, progress=not args.no_progress)
-        line = harness.nvfp4_tally(rows)
+        from inkling_workbook.proofs import nvfp4_bitwise
+
+        rows = nvfp4_bitwise.run_nvfp4_matrix("gpu" if kind == "gpu" else "cpu", device, progress=not args.no_progress)
+        line = nvfp4_bitwise.nvfp4_tally(rows)
         print(line)
         out = args.out or (DATA / f"nvfp4_bitwise_{provenance.device_slug(device)}.json")
         doc = {"provenance": provenance.collect(), "tally": line, "all_ok": all(r["ok"] for r in rows), "cases": rows}

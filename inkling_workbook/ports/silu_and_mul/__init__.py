@@ -4,5 +4,5 @@
   kernels the port replaced (needs the ``[helion]`` extra).
 * :mod:`.port_steps`: the port step by step, each step a real kernel (notebook 02).
 * :mod:`.portcheck_cases`: this port's case matrices for ``portcheck``; :mod:`.harness`: the
-  bitwise records built from its reports (``wb check``), and the NVFP4 matrix.
+  bitwise records built from its reports (``wb check``).
 """
