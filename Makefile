@@ -73,11 +73,12 @@ figures: $(STAMP)
 results: $(STAMP)
 	$(BIN)/python -m inkling_workbook results
 
-## make publish (GPU only): the benchmark, bitwise records and notebooks, rewritten in place from
-## this GPU (tools/gpu_job.sh, steps bench,bitwise,notebooks), then figures/ and the generated tables
+## make publish (GPU only): the measurements (benchmark, serving, decode, MoE layer, second port), the
+## bitwise records and the notebooks, rewritten in place from this GPU (tools/gpu_job.sh, steps
+## publish,bitwise,notebooks,notebook06), then figures/ and the generated tables
 publish: $(STAMP)
 	@$(BIN)/python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make publish needs a CUDA GPU: it records GPU results into data/ and notebooks/. On a CPU machine use make run.')"
-	PATH=$(abspath $(BIN)):$$PATH bash tools/gpu_job.sh build/gpu_job bench,bitwise,notebooks
+	PATH=$(abspath $(BIN)):$$PATH bash tools/gpu_job.sh build/gpu_job publish,bitwise,notebooks,notebook06
 	$(BIN)/python -m inkling_workbook figures
 	$(BIN)/python -m inkling_workbook results
 
@@ -91,7 +92,7 @@ wheels:
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 	  --platform manylinux1_x86_64 -d .whl -r tools/gpu_wheels.txt
 
-## make gpu-job (GPU only): the whole GPU job (benchmark, tests, sanitizers, bitwise, notebooks)
+## make gpu-job (GPU only): the GPU job (tests, bitwise, fusion, measurement smoke, sanitizers, notebooks)
 gpu-job: $(STAMP)
 	PATH=$(abspath $(BIN)):$$PATH bash tools/gpu_job.sh build/gpu_job
 	mkdir -p data/logs && cp build/gpu_job/gpu_job.log data/logs/gpu_job_$$($(BIN)/python -c "from inkling_workbook.measure import provenance; print(provenance.device_slug())").log
