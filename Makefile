@@ -95,7 +95,7 @@ wheels:
 ## make gpu-job (GPU only): the GPU job (tests, bitwise, fusion, measurement smoke, sanitizers, notebooks)
 gpu-job: $(STAMP)
 	PATH=$(abspath $(BIN)):$$PATH bash tools/gpu_job.sh build/gpu_job
-	mkdir -p data/logs && cp build/gpu_job/gpu_job.log data/logs/gpu_job_$$($(BIN)/python -c "from inkling_workbook import provenance; print(provenance.device_slug())").log
+	mkdir -p data/logs && cp build/gpu_job/gpu_job.log data/logs/gpu_job_$$($(BIN)/python -c "from inkling_workbook.measure import provenance; print(provenance.device_slug())").log
 	$(BIN)/python -m inkling_workbook figures
 	$(BIN)/python -m inkling_workbook results
 

@@ -8,7 +8,7 @@ in registers, exactly where the unfused path stores it, so the fused op agrees w
 compare operations, not with hardware conversions, so the GPU and the interpreter round
 identically. The one exception: on compute capability 10.x-12.x (Blackwell) compiled launches
 round to e2m1 with the hardware ``cvt.rn.satfinite.e2m1x2.f32`` (``HW_E2M1``), which gives the
-software rounding's bytes on every input (``inkling_workbook.e2m1_proof``: all 2**32 fp32 inputs).
+software rounding's bytes on every input (``inkling_workbook.proofs.e2m1_proof``: all 2**32 fp32 inputs).
 """
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ def _e2m1x2_hw(even, odd):
     """``cvt.rn.satfinite.e2m1x2.f32`` (compute capability 10.x-12.x): one byte of two e2m1 codes.
     PTX packs operand ``a`` into the upper 4 bits, ``b`` into the lower, so ``a`` is the odd element
     (element 2i in the low nibble). Rounds as :func:`_e2m1_code` on every non-NaN input (proved
-    over all fp32 inputs: ``inkling_workbook.e2m1_proof``); NaN blocks are zeroed by the caller."""
+    over all fp32 inputs: ``inkling_workbook.proofs.e2m1_proof``); NaN blocks are zeroed by the caller."""
     return tl.inline_asm_elementwise(
         "{ .reg .b8 t; cvt.rn.satfinite.e2m1x2.f32 t, $2, $1; cvt.u32.u8 $0, t; }",
         "=r,r,r",

@@ -11,22 +11,24 @@ from pathlib import Path
 
 import torch
 
-from . import provenance
+from inkling_workbook.measure import provenance
 
 DATA = provenance.REPO_ROOT / "data"
 FIGURES = provenance.REPO_ROOT / "figures"
 
 
 def _check(args) -> int:
-    from . import harness
+    from inkling_workbook.ports.silu_and_mul import harness
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     kind = "quick" if args.quick else ("gpu" if device.type == "cuda" else "cpu")
     if args.matrix:
         kind = args.matrix
     if args.nvfp4:
-        rows = harness.run_nvfp4_matrix("gpu" if kind == "gpu" else "cpu", device, progress=not args.no_progress)
-        line = harness.nvfp4_tally(rows)
+        from inkling_workbook.proofs import nvfp4_bitwise
+
+        rows = nvfp4_bitwise.run_nvfp4_matrix("gpu" if kind == "gpu" else "cpu", device, progress=not args.no_progress)
+        line = nvfp4_bitwise.nvfp4_tally(rows)
         print(line)
         out = args.out or (DATA / f"nvfp4_bitwise_{provenance.device_slug(device)}.json")
         doc = {"provenance": provenance.collect(), "tally": line, "all_ok": all(r["ok"] for r in rows), "cases": rows}
@@ -53,9 +55,9 @@ def _check(args) -> int:
 
 
 def _bench(args) -> int:
-    from . import bench
+    from inkling_workbook.measure import bench, timing
 
-    bench.require_gpu()
+    timing.require_gpu()
     out = args.out or (DATA / f"bench_{provenance.device_slug()}.csv")
     meta = bench.run(out, quick=args.quick, cold=args.cold_l2, tune=not args.no_tune)
     extra = ["nvfp4", "meta"] + ([] if args.no_tune else ["tune"])
@@ -65,9 +67,9 @@ def _bench(args) -> int:
 
 
 def _serving(args) -> int:
-    from . import bench, serving_bench
+    from inkling_workbook.measure import serving_bench, timing
 
-    bench.require_gpu()
+    timing.require_gpu()
     out = args.out or (DATA / f"serving_{provenance.device_slug()}.json")
     doc = serving_bench.run(out)
     print(json.dumps({k: v for k, v in doc.items() if k != "provenance"}, indent=1))
@@ -76,23 +78,25 @@ def _serving(args) -> int:
 
 
 def _steps(args) -> int:
-    from . import bench, port_steps
+    from inkling_workbook.measure import timing
+    from inkling_workbook.ports.silu_and_mul import port_steps
 
-    bench.require_gpu()
+    timing.require_gpu()
     csv_path, meta_path = port_steps.measure_steps(args.out)
     print(f"wrote {csv_path} and {meta_path}")
     return 0
 
 
 def _fp8_steps(args) -> int:
-    from . import bench, fp8_steps
+    from inkling_workbook.fp8_steps import checks as step_checks
+    from inkling_workbook.measure import timing
 
     device = torch.device(args.device)
     if device.type != "cuda":
         raise SystemExit("fp8-steps times the kernels: it needs --device cuda (a CUDA GPU)")
-    bench.require_gpu()
+    timing.require_gpu()
     out = Path(args.out) if args.out else None
-    csv_path, meta_path = fp8_steps.measure_steps(out, device)
+    csv_path, meta_path = step_checks.measure_steps(out, device)
     meta = json.loads(meta_path.read_text())
     print(json.dumps(meta["bitwise"]["summary"], indent=1))
     print(f"wrote {csv_path} and {meta_path}")
@@ -100,7 +104,7 @@ def _fp8_steps(args) -> int:
 
 
 def _fusion(args) -> int:
-    from . import fp_fusion
+    from inkling_workbook.proofs import fp_fusion
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     matrix = args.matrix or ("gpu" if device.type == "cuda" else "cpu")
@@ -113,16 +117,16 @@ def _fusion(args) -> int:
 
 
 def _moe_layer(args) -> int:
-    from . import moe_layer
+    from inkling_workbook.moe import layer, record
 
     if args.cpu_smoke:
-        doc = moe_layer.run(args.out, Ms=(8,), device="cpu", progress=not args.no_progress)
+        doc = record.run(args.out, Ms=(8,), device="cpu", progress=not args.no_progress)
     else:
-        from . import bench
+        from inkling_workbook.measure import timing
 
-        bench.require_gpu()
-        Ms = tuple(int(m) for m in args.ms.split(",")) if args.ms else moe_layer.GPU_MS
-        doc = moe_layer.run(args.out, Ms=Ms, progress=not args.no_progress)
+        timing.require_gpu()
+        Ms = tuple(int(m) for m in args.ms.split(",")) if args.ms else layer.GPU_MS
+        doc = record.run(args.out, Ms=Ms, progress=not args.no_progress)
     keep = ("all_bitwise_equal", "all_within_bound", "grouped_mm", "compile_s_total", "elapsed_s", "errors")
     print(json.dumps({k: doc[k] for k in keep}, indent=1))
     print(f"wrote {Path(args.out) / 'data'}/moe_layer_*.json")
@@ -130,13 +134,13 @@ def _moe_layer(args) -> int:
 
 
 def _figures(args) -> int:
-    from . import plots
+    from inkling_workbook.publish import figures, tables
 
-    written = plots.draw_all(Path(args.data), Path(args.out))
+    written = figures.draw_all(Path(args.data), Path(args.out))
     for p in written:
         print(f"wrote {p}")
     readme = Path(args.readme) if args.readme else None
-    if readme is not None and plots.update_readme(readme, Path(args.data)):
+    if readme is not None and tables.update_readme(readme, Path(args.data)):
         print(f"updated the generated tables in {readme}")
     if not written:
         print(f"no benchmark CSV in {args.data}: run `python -m inkling_workbook bench` on a GPU first")
@@ -145,7 +149,7 @@ def _figures(args) -> int:
 
 
 def _results(args) -> int:
-    from . import results
+    from inkling_workbook.publish import results
 
     root, data = Path(args.root), Path(args.data) if args.data else None
     if args.check:
@@ -159,9 +163,9 @@ def _results(args) -> int:
 
 
 def _decode(args) -> int:
-    from . import bench, decode_baselines
+    from inkling_workbook.measure import decode_baselines, timing
 
-    bench.require_gpu()
+    timing.require_gpu()
     csv_path, json_path, rows = decode_baselines.run(args.out, budget_s=args.budget_s)
     print(decode_baselines.summary(rows))
     print(f"wrote {csv_path} and {json_path}")
@@ -169,9 +173,10 @@ def _decode(args) -> int:
 
 
 def _silu_mul_fp8(args) -> int:
-    from . import bench, silu_mul_fp8_bench
+    from inkling_workbook.measure import timing
+    from inkling_workbook.ports.silu_mul_fp8 import bench as silu_mul_fp8_bench
 
-    bench.require_gpu()
+    timing.require_gpu()
     parts = silu_mul_fp8_bench.PARTS if args.part == "all" else (args.part,)
     jobs = args.jobs if args.jobs is not None else max(1, min(12, (os.cpu_count() or 2) - 2))
     doc = silu_mul_fp8_bench.run(args.out, quick=args.quick, progress=not args.no_progress, parts=parts, jobs=jobs)

@@ -31,11 +31,10 @@ Modules, by what a reader looks for:
 * :mod:`portcheck.interpret`: the CPU mode (Triton's interpreter with repairs);
 * :mod:`portcheck.code`: the generated-code table (PTX/SASS for sm_90);
 * :mod:`portcheck.timing`: CUDA-graph timing; :mod:`portcheck.testing`: pytest parametrisation;
-  :mod:`portcheck.cli`: the command line.
+  :mod:`portcheck.cli`: the command line; :mod:`portcheck.names`: ``MODULE:NAME`` resolved.
 """
 
 from .cases import ROW_PAD, STRIDES, VALUE_CLASSES, Case, digest, fingerprint, laid_out, matrix, name_seed, values
-from .cli import UsageError, load_cases, resolve
 from .code import CLASSES, Launch, capture_launches, compile_launch, generated_code, opcode_mix
 from .compare import (
     BITS,
@@ -50,6 +49,7 @@ from .compare import (
 )
 from .interpret import REPAIRS, cpu_mode
 from .isolate import CHUNK, Pending, pool, run_isolated, run_parallel, submit
+from .names import UsageError, load_cases, resolve
 from .report import EXIT_EQUAL, EXIT_ERROR, EXIT_MISMATCH, EXIT_USAGE, Report, details, provenance
 from .runner import check_case, label, reproducer, run
 from .testing import assert_case, pytest_cases

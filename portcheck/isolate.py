@@ -55,7 +55,7 @@ def _threads(jobs: int) -> int:
 def _worker(conn, spec: dict) -> None:
     """A worker: resolve the names, then check the cases the parent sends until it sends None."""
     from . import interpret
-    from .cli import load_cases, resolve
+    from .names import load_cases, resolve
 
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     torch.set_num_threads(spec["threads"])
@@ -152,7 +152,7 @@ def run_isolated(
     ``port`` and ``reference`` are), each case checked in a worker process (``jobs`` of them), a
     crash or a ``timeout`` (seconds a case) that case's row. ``indices``: only those cases.
     ``case_list``: the cases, when the caller has loaded them already (names, seeds)."""
-    from .cli import load_cases
+    from .names import load_cases
 
     for what, spec in (("original", original), ("port", port), ("cases", cases), ("reference", reference)):
         if spec is not None and (not isinstance(spec, str) or ":" not in spec):
@@ -299,7 +299,7 @@ def _pool_init(threads: int) -> None:
 
 
 def _run_chunk(original: str, port: str, cases: str, indices: list[int], device: str, reference, reruns, code) -> str:
-    from .cli import load_cases, resolve
+    from .names import load_cases, resolve
 
     picked = [load_cases(cases)[i] for i in indices]
     ref = resolve(reference, "--reference") if reference else None
@@ -329,7 +329,7 @@ def submit(executor, original: str, port: str, cases: str, device: str = "cpu", 
     worker, as ``original``, ``port`` and ``reference`` are) in tasks of ``chunk`` cases on
     ``executor`` (:func:`pool`), so that several checks can share one pool. ``indices``: only those
     cases. The result is the report :func:`portcheck.run` would give, rows in the same order."""
-    from .cli import load_cases
+    from .names import load_cases
 
     for what, spec in (("original", original), ("port", port), ("cases", cases), ("reference", reference)):
         if spec is not None and (not isinstance(spec, str) or ":" not in spec):

@@ -91,7 +91,7 @@ def silu_flip_one_bit(gateup, topk_weights=None, out_dtype=None, *, interleaved=
 def silu_fp8_cases():
     """Three cases of the second port's CPU matrix (a row-padded edge case, a 3-D input and a
     result-ties case): small enough for worker processes in a test."""
-    from inkling_workbook import silu_mul_fp8_port
+    from inkling_workbook.ports.silu_mul_fp8 import port as silu_mul_fp8_port
 
     every = silu_mul_fp8_port.cpu_cases()
     return [every[3], every[-3], every[-1]]
@@ -103,7 +103,7 @@ LARGE_TILE_SHAPES = ((4099, 1536), (2051, 3072), (8193, 768), (8193, 1000))
 
 def large_tile_cases():
     """bf16 random ``x [M, 2N]`` at :data:`LARGE_TILE_SHAPES`, contiguous and row-padded."""
-    from inkling_workbook import silu_mul_fp8_port
+    from inkling_workbook.ports.silu_mul_fp8 import port as silu_mul_fp8_port
 
     return [
         silu_mul_fp8_port._case((M, 2 * N), torch.bfloat16, "random", stride, 0.37, seed)

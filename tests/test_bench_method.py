@@ -1,24 +1,24 @@
-"""The timing method of the benchmark (inkling_workbook.bench): its bookkeeping on any machine,
+"""The timing method of the benchmark (inkling_workbook.measure.timing): its bookkeeping on any machine,
 and on the GPU the property it exists for: a graph's size does not move the per-call time."""
 
 import pytest
 from conftest import gpu_only
 
-from inkling_workbook import bench
+from inkling_workbook.measure import bench, timing
 
 
 def test_spread_is_replay_quartiles_for_one_pass_and_pass_medians_for_several():
-    one = bench.Timing.from_passes([[1.0, 1.3, 1.1, 1.2, 9.0]], reps=500)  # one outlier replay
+    one = timing.Timing.from_passes([[1.0, 1.3, 1.1, 1.2, 9.0]], reps=500)  # one outlier replay
     assert (one.median_us, one.lo_us, one.hi_us, one.passes, one.rounds) == (1.2, 1.1, 1.3, 1, 5)
     assert (one.min_us, one.max_us) == (1.0, 9.0)
-    three = bench.Timing.from_passes([[1.0, 1.2, 1.1], [1.4, 1.3, 1.5], [1.1, 1.2, 1.3]], reps=500)
+    three = timing.Timing.from_passes([[1.0, 1.2, 1.1], [1.4, 1.3, 1.5], [1.1, 1.2, 1.3]], reps=500)
     assert (three.lo_us, three.hi_us) == (1.1, 1.4)  # medians of the passes: 1.1, 1.4, 1.2
     assert (three.min_us, three.max_us, three.median_us, three.passes) == (1.0, 1.5, 1.2, 3)
 
 
 def test_ties_are_overlapping_ranges():
-    assert bench.ties(1.0, 1.1, 1.1, 1.2) and bench.ties(1.0, 2.0, 1.2, 1.3)
-    assert not bench.ties(1.0, 1.09, 1.1, 1.2)
+    assert timing.ties(1.0, 1.1, 1.1, 1.2) and timing.ties(1.0, 2.0, 1.2, 1.3)
+    assert not timing.ties(1.0, 1.09, 1.1, 1.2)
 
 
 def test_every_timed_implementation_is_described():
@@ -28,7 +28,7 @@ def test_every_timed_implementation_is_described():
 
 
 def test_decode_shapes_cover_every_sweep_width_in_both_layouts():
-    decode = {(s.M, s.N, s.interleaved) for s in bench.shapes() if s.M <= bench.DECODE_MAX_M}
+    decode = {(s.M, s.N, s.interleaved) for s in bench.shapes() if s.M <= timing.DECODE_MAX_M}
     for n in bench.SWEEP_N:
         for il in (True, False):
             assert {(m, n, il) for m in bench.DECODE_M} <= decode
@@ -43,11 +43,11 @@ def test_graph_size_does_not_move_decode_timing():
     phase): timings next to other GPU work are not timings."""
     check = bench.method_check()
     print(check)
-    assert check["chosen_reps"] >= bench.MIN_CALLS and check["bigger_reps"] == 4 * check["chosen_reps"], check
-    assert check["chosen_reps"] * check["chosen_us"] >= 0.9 * bench.MIN_REPLAY_US, check
+    assert check["chosen_reps"] >= timing.MIN_CALLS and check["bigger_reps"] == 4 * check["chosen_reps"], check
+    assert check["chosen_reps"] * check["chosen_us"] >= 0.9 * timing.MIN_REPLAY_US, check
     # and not far past it (the second sizing check once compared a call's time with the replay
     # target: every graph of calls under 1 ms grew to MAX_CALLS or ~110 ms of replay)
-    assert check["chosen_reps"] * check["chosen_us"] <= 2.5 * bench.MIN_REPLAY_US, check
+    assert check["chosen_reps"] * check["chosen_us"] <= 2.5 * timing.MIN_REPLAY_US, check
     assert check["within_3pct"], check
 
 
@@ -56,7 +56,7 @@ def test_hostbench_binds_the_modules_and_refuses_on_cpu():
     (it failed on the H200 on 2026-11-30 when it held the function)."""
     import torch
 
-    from inkling_workbook import hostbench
+    from inkling_workbook.measure import hostbench
 
     assert hostbench._silu.__name__ == "inkling_kernels.silu_and_mul"
     assert hostbench._nvfp4.__name__ == "inkling_kernels.nvfp4"
@@ -89,20 +89,20 @@ def test_fp8_targets_on_a_small_sweep():
     """FP8 targets from a hand-made sweep (the masked case reads the T column, not a row's .T)."""
     import pandas as pd
 
-    from inkling_workbook import plots
+    from inkling_workbook.publish import fp8_figures, tables
 
     base = {"op": "silu_and_mul_fp8", "l2": "warm", "column_major_scales": False, "scale_ue8m0": False}
     rows = []
     for impl, t in (("fused", 100.0), ("unfused", 180.0), ("torch_compile_static", 200.0)):
         rows.append({**base, "M": 49152, "N": 3072, "layout": "nil", "masked": False, "E": None, "T": None,
                      "impl": impl, "median_us": t, "tbps": 760e6 / t / 1e6, "ceiling_tbps": 4.4})  # fmt: skip
-    targets = plots.fp8_targets(pd.DataFrame(rows))
+    targets = fp8_figures.fp8_targets(pd.DataFrame(rows))
     assert len(targets) == 3 and not any("masked" in r["target"] for r in targets)  # no masked rows
     # with the ceiling's copy timed in the case's own passes a case counts at the lower of its two
     # shares (100 us moves 7.6 TB/s): met only where both readings are <= 7.6 / 0.97 = 7.835 TB/s
     for start, same, met in ((7.7, 7.7, True), (7.9, 7.7, False), (7.7, 7.9, False), (7.9, 7.9, False)):
         again = pd.DataFrame(rows).assign(ceiling_tbps=start, ceiling_same_passes_tbps=same)
-        ceiling = _target(plots.fp8_targets(again), "ceiling")
+        ceiling = _target(fp8_figures.fp8_targets(again), "ceiling")
         assert ceiling["met"] is met, (start, same, ceiling)
         share, share_same = f"{100 * 7.6 / start:.1f}", f"{100 * 7.6 / same:.1f}"
         assert ceiling["measured"].startswith(f"against the run-start ceiling {share}-{share}%"), ceiling
@@ -111,12 +111,12 @@ def test_fp8_targets_on_a_small_sweep():
     # the lower of the two, and the text says how many had it
     two = pd.DataFrame(rows + [{**rows[0], "N": 1536}])
     mixed = two.assign(ceiling_tbps=7.7, ceiling_same_passes_tbps=[7.9 if n == 1536 else None for n in two.N])
-    ceiling = _target(plots.fp8_targets(mixed), "ceiling")
+    ceiling = _target(fp8_figures.fp8_targets(mixed), "ceiling")
     assert not ceiling["met"] and "(1 of 2 cases)" in ceiling["measured"], ceiling
     ok = two.assign(ceiling_tbps=7.7, ceiling_same_passes_tbps=[7.7 if n == 1536 else None for n in two.N])
-    assert _target(plots.fp8_targets(ok), "ceiling")["met"]
+    assert _target(fp8_figures.fp8_targets(ok), "ceiling")["met"]
     rows += _masked_rows(base, {256: 4.0, 512: 4.2, 2048: 4.4}, full_us=7.0, x8_us=20.0)
-    targets = plots.fp8_targets(pd.DataFrame(rows))
+    targets = fp8_figures.fp8_targets(pd.DataFrame(rows))
     assert len(targets) == 6
     # not E x T: 921 rows in T = 256 / 512 / 2048 buffers, 4.4 / 4.0 = 1.10x
     not_et = _target(targets, "not E x T")
@@ -141,36 +141,36 @@ def test_fp8_targets_on_a_small_sweep():
     assert "per-row at T = 256, 921 of 2048 rows: 1.37x (one 2-D call on only those rows: 1.09x)" in fixed["measured"]
     # a time that grows with T misses the first; a row that costs more masked misses the second
     rows = [r for r in rows if not r["masked"]] + _masked_rows(base, {256: 4.0, 512: 4.5, 2048: 5.2}, 7.0, 30.0)
-    targets = plots.fp8_targets(pd.DataFrame(rows))
+    targets = fp8_figures.fp8_targets(pd.DataFrame(rows))
     assert not _target(targets, "not E x T")["met"]  # 5.2 / 4.0 = 1.30x
     assert not _target(targets, "the rows present")["met"]  # T = 2048: (30 - 5.2) / 6447 over 2.30 ns: 1.67x
-    assert "| report |" in plots.targets_markdown_rows(targets)
+    assert "| report |" in tables.targets_markdown_rows(targets)
     # with a repeat a target is met only if met in both; where they disagree the repeat is quoted
     good = pd.DataFrame([r for r in rows if not r["masked"]] + _masked_rows(base, {256: 4.0, 2048: 4.4}, 7.0, 20.0))
     bad = pd.DataFrame([r for r in rows if not r["masked"]] + _masked_rows(base, {256: 4.0, 2048: 5.2}, 7.0, 30.0))
-    both = plots.fp8_targets(good, repeat=good)
+    both = fp8_figures.fp8_targets(good, repeat=good)
     assert _target(both, "not E x T")["met"] and _target(both, "not E x T")["measured"].endswith("; repeat: met too")
-    mixed = plots.fp8_targets(good, repeat=bad)
+    mixed = fp8_figures.fp8_targets(good, repeat=bad)
     present = _target(mixed, "the rows present")
     assert not present["met"] and "; repeat: MISSED, T = 256" in present["measured"], present["measured"]
     not_et = _target(mixed, "not E x T")  # the repeat's 921 rows: 5.2 / 4.0 = 1.30x
     assert not not_et["met"] and "repeat: MISSED" in not_et["measured"] and "max/min 1.30x" in not_et["measured"]
     fixed = _target(mixed, "fixed cost")
     assert fixed["met"] is None and "repeat" not in fixed["measured"]  # a report is not judged
-    assert not _target(plots.fp8_targets(good, repeat=good.iloc[:3]), "not E x T")["met"]  # not in the repeat
+    assert not _target(fp8_figures.fp8_targets(good, repeat=good.iloc[:3]), "not E x T")["met"]  # not in the repeat
     # a sweep without the larger buffers (before cf4b87e) says so rather than dropping the target
     rows = [r for r in rows if not r["masked"] or r["T"] == 256]
-    not_et = _target(plots.fp8_targets(pd.DataFrame(rows)), "not E x T")
+    not_et = _target(fp8_figures.fp8_targets(pd.DataFrame(rows)), "not E x T")
     assert not not_et["met"] and not_et["measured"].startswith("not measured")
     # decode: against silu_and_mul timed in the same passes when the sweep has it, else the silu sweep's
     silu = pd.DataFrame([{"M": 16, "N": 3072, "layout": "nil", "impl": "triton_pdl", "l2": "warm",
                           "weighted": False, "median_us": 0.90}])  # fmt: skip
     rows.append({**base, "M": 16, "N": 3072, "layout": "nil", "masked": False, "impl": "fused", "median_us": 1.15})
-    decode = next(r for r in plots.fp8_targets(pd.DataFrame(rows), silu) if "decode" in r["target"])
+    decode = next(r for r in fp8_figures.fp8_targets(pd.DataFrame(rows), silu) if "decode" in r["target"])
     assert not decode["met"] and "+0.25 to +0.25 us (1 shapes, silu_and_mul from the silu sweep)" == decode["measured"]
     rows.append({**base, "M": 16, "N": 3072, "layout": "nil", "masked": False, "impl": "silu_and_mul_alone",
                  "median_us": 0.96})  # fmt: skip
-    decode = next(r for r in plots.fp8_targets(pd.DataFrame(rows), silu) if "decode" in r["target"])
+    decode = next(r for r in fp8_figures.fp8_targets(pd.DataFrame(rows), silu) if "decode" in r["target"])
     assert decode["met"] and decode["measured"].startswith("+0.19 to +0.19 us (1 shapes, silu_and_mul timed in the")
     assert "+0.25 to +0.25 us (1 shapes, silu_and_mul from the silu sweep)" in decode["measured"]
     assert next(r for r in targets if "two kernels" in r["target"])["met"]  # 1.8x >= 1.75x
@@ -185,7 +185,7 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
     COMPILE_DRAWS fresh compilations (the draws here cost 3, 1, 2, 4 us: draw 1 is timed)."""
     import contextlib
 
-    from inkling_workbook import fp8_bench
+    from inkling_workbook.measure import fp8_cases, fp8_sweep, timing
 
     seeds, checked, timers, fresh = [], [], [], []
     draw_us = (3.0, 1.0, 2.0, 4.0)
@@ -207,22 +207,22 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
         def compiled():
             pass
 
-        compiled.us = draw_us[draw] if fp8_bench.compile_draws(case) > 1 else None
-        impls = {name: (lambda: None, fp8_bench.fp8_bytes(case)) for name in bench.FP8_IMPLS}
+        compiled.us = draw_us[draw] if fp8_cases.compile_draws(case) > 1 else None
+        impls = {name: (lambda: None, fp8_cases.fp8_bytes(case)) for name in fp8_sweep.FP8_IMPLS}
         if compiled.us is not None:
-            impls["torch_compile_static"] = (compiled, fp8_bench.fp8_bytes(case))
+            impls["torch_compile_static"] = (compiled, fp8_cases.fp8_bytes(case))
         return impls
 
     clocks = iter(range(1000, 100000))
-    monkeypatch.setattr(bench, "GraphTimer", FakeTimer)
-    monkeypatch.setattr(bench, "_configure_dynamo", lambda: None)
-    monkeypatch.setattr(bench, "l2_bytes", lambda: 50 * 2**20)
+    monkeypatch.setattr(timing, "GraphTimer", FakeTimer)
+    monkeypatch.setattr(timing, "_configure_dynamo", lambda: None)
+    monkeypatch.setattr(timing, "l2_bytes", lambda: 50 * 2**20)
     monkeypatch.setattr(
         bench.provenance, "gpu_state", lambda: {"sm_clock_mhz": str(next(clocks)), "throttle_reasons": "0x4"}
     )
-    monkeypatch.setattr(fp8_bench, "fp8_impls", fake_impls)
-    monkeypatch.setattr(fp8_bench, "fresh_compile", lambda: fresh.append(1) or contextlib.nullcontext())
-    monkeypatch.setattr(fp8_bench, "check_fused_equals_unfused", lambda case, impls: checked.append(case["name"]))
+    monkeypatch.setattr(fp8_cases, "fp8_impls", fake_impls)
+    monkeypatch.setattr(fp8_cases, "fresh_compile", lambda: fresh.append(1) or contextlib.nullcontext())
+    monkeypatch.setattr(fp8_cases, "check_fused_equals_unfused", lambda case, impls: checked.append(case["name"]))
     copies = []
 
     def fake_copy(numel, cfg):
@@ -233,15 +233,15 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
         copies.append((numel, cfg["block"]))
         return copy, numel * 5
 
-    monkeypatch.setattr(bench, "_fp8_ceiling_copy", fake_copy)
+    monkeypatch.setattr(fp8_sweep, "_fp8_ceiling_copy", fake_copy)
     passes_of = []  # the names timed together, call by call of time_calls
-    time_calls = bench.time_calls
+    time_calls = timing.time_calls
 
     def spy_time_calls(calls, *a, **kw):
         passes_of.append(set(calls))
         return time_calls(calls, *a, **kw)
 
-    monkeypatch.setattr(bench, "time_calls", spy_time_calls)
+    monkeypatch.setattr(timing, "time_calls", spy_time_calls)
 
     class FakeSampler:  # readings 1000 + 10 * pass, two a pass
         def __init__(self):
@@ -261,23 +261,23 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
         1536: {"block": 1024, "warps": 4, "evict_first": False},
         3072: {"block": 2048, "warps": 8, "evict_first": True},
     }
-    rows = bench.bench_fp8({1536: 4.0, 3072: 4.1}, progress=False, ceiling_configs=cfgs)
+    rows = fp8_sweep.bench_fp8({1536: 4.0, 3072: 4.1}, progress=False, ceiling_configs=cfgs)
 
-    cases = fp8_bench.fp8_cases()
-    cold = [c for c in cases if c["M"] in bench.FP8_COLD_MS or c["masked_m"] is not None]
-    n_timed = {c["name"]: len([i for i in bench.FP8_IMPLS if fp8_bench.is_timed(c, i)]) for c in cases}
+    cases = fp8_cases.fp8_cases()
+    cold = [c for c in cases if c["M"] in fp8_sweep.FP8_COLD_MS or c["masked_m"] is not None]
+    n_timed = {c["name"]: len([i for i in fp8_sweep.FP8_IMPLS if fp8_cases.is_timed(c, i)]) for c in cases}
     assert len(rows) == sum(n_timed[c["name"]] for c in cases + cold)
-    assert {r["impl"] for r in rows} == set(bench.FP8_IMPLS) and {r["l2"] for r in rows} == {"warm", "cold"}
-    sweep = [r for r in rows if r["case"].startswith("masked") and r["T"] > fp8_bench.MASKED_T]
-    assert {r["impl"] for r in sweep} == set(fp8_bench.SWEEP_TIMED) and {r["T"] for r in sweep} == {512, 1024, 2048}
-    assert all(r["passes"] == bench.FP8_PASSES for r in rows)
+    assert {r["impl"] for r in rows} == set(fp8_sweep.FP8_IMPLS) and {r["l2"] for r in rows} == {"warm", "cold"}
+    sweep = [r for r in rows if r["case"].startswith("masked") and r["T"] > fp8_cases.MASKED_T]
+    assert {r["impl"] for r in sweep} == set(fp8_cases.SWEEP_TIMED) and {r["T"] for r in sweep} == {512, 1024, 2048}
+    assert all(r["passes"] == fp8_sweep.FP8_PASSES for r in rows)
     assert len(checked) == len(cases) + len(cold)  # every timed buffer set 0 is checked first
-    decode = [c["name"] for c in cases if fp8_bench.compile_draws(c) > 1]
-    assert len(decode) == 4 and len(fresh) == 4 * fp8_bench.COMPILE_DRAWS  # each draw compiled afresh
+    decode = [c["name"] for c in cases if fp8_cases.compile_draws(c) > 1]
+    assert len(decode) == 4 and len(fresh) == 4 * fp8_cases.COMPILE_DRAWS  # each draw compiled afresh
     for r in rows:
         case = next(c for c in cases if c["name"] == r["case"])
         if r["case"] in decode:  # every set of a decode case uses the fastest draw
-            assert {d for n, _, d in seeds if n == r["case"]} == set(range(fp8_bench.COMPILE_DRAWS))
+            assert {d for n, _, d in seeds if n == r["case"]} == set(range(fp8_cases.COMPILE_DRAWS))
             assert [d for n, _, d in seeds if n == r["case"]][-1] == 1  # timed with draw 1
             if r["impl"] == "torch_compile_static":
                 assert r["compile_draws_us"] == "3.0000 1.0000 2.0000 4.0000" and r["median_us"] == 1.0
@@ -286,20 +286,20 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
         if r["l2"] == "warm":
             assert r["buffer_sets"] == 1
         else:  # cold: >= 3 L2s of buffers in rotation, each set its own seed
-            assert r["buffer_sets"] * fp8_bench.fp8_bytes(case) >= bench.COLD_FACTOR * 50 * 2**20
+            assert r["buffer_sets"] * fp8_cases.fp8_bytes(case) >= timing.COLD_FACTOR * 50 * 2**20
             assert r["median_us"] == float(r["buffer_sets"])  # the timer saw every set
             assert {s for n, s, _ in seeds if n == case["name"]} >= set(range(r["buffer_sets"]))
         assert r["sm_clock_min"] < r["sm_clock_mhz"] < r["sm_clock_max"]  # five readings a case
         assert r["throttle_reasons"] == "0x4" and r["ceiling_tbps"] in (4.0, 4.1)
-        assert len(r["pass_medians_us"].split()) == len(r["pass_clocks_mhz"].split()) == bench.FP8_PASSES
+        assert len(r["pass_medians_us"].split()) == len(r["pass_clocks_mhz"].split()) == fp8_sweep.FP8_PASSES
         # the ceiling's copy in the same passes: M = 49152 (warm) only, in that N's configuration
         if r["M"] == 49152 and r["l2"] == "warm" and not r["masked"]:
             us = 50.0 * cfgs[r["N"]]["block"] / 1024
             assert r["ceiling_same_passes_tbps"] == round(49152 * r["N"] * 5 / us / 1e6, 4), r
-            assert r["ceiling_same_passes_pass_us"].split() == [f"{us:.4f}"] * bench.FP8_PASSES
+            assert r["ceiling_same_passes_pass_us"].split() == [f"{us:.4f}"] * fp8_sweep.FP8_PASSES
             # the clock sampled within each pass, a window a pass
-            assert r["pass_clock_sampled_min_mhz"].split() == [f"{1000 + 10 * p}" for p in range(bench.FP8_PASSES)]
-            assert r["pass_clock_samples"].split() == ["2"] * bench.FP8_PASSES
+            assert r["pass_clock_sampled_min_mhz"].split() == [f"{1000 + 10 * p}" for p in range(fp8_sweep.FP8_PASSES)]
+            assert r["pass_clock_samples"].split() == ["2"] * fp8_sweep.FP8_PASSES
         else:
             assert r["ceiling_same_passes_tbps"] is None and r["ceiling_same_passes_pass_us"] == ""
             assert r["pass_clock_sampled_min_mhz"] == "" and r["pass_clock_samples"] == ""
@@ -307,11 +307,12 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
     big = [c for c in cases if c["M"] == 49152 and c["masked_m"] is None]
     assert sorted(copies) == sorted((49152 * c["N"], cfgs[c["N"]]["block"]) for c in big)  # one copy a case
     # the copy is timed in the same passes as a case's implementations, never alone
-    with_copy = [names for names in passes_of if bench.CEILING_COPY in names]
+    with_copy = [names for names in passes_of if fp8_sweep.CEILING_COPY in names]
     assert len(with_copy) == len(big) and all("fused" in names and len(names) > 1 for names in with_copy)
     # without configurations (records before 7192cb8) no copy is timed
     copies.clear()
-    assert all(r["ceiling_same_passes_tbps"] is None for r in bench.bench_fp8({1536: 4.0, 3072: 4.1}, progress=False))
+    rows = fp8_sweep.bench_fp8({1536: 4.0, 3072: 4.1}, progress=False)
+    assert all(r["ceiling_same_passes_tbps"] is None for r in rows)
     assert copies == []
 
 
@@ -328,24 +329,24 @@ def test_gpu_explore_times_the_asked_implementations():
 
 
 def test_fp8_repeat_is_found_by_the_published_commit(tmp_path):
-    """``plots.fp8_repeat``: the repeat of a published FP8 sweep is the file FP8_REPEATS names for
+    """``fp8_figures.fp8_repeat``: the repeat of a published FP8 sweep is the file FP8_REPEATS names for
     its record's commit, under rerun/; another commit, or no such file, has none."""
     import json
 
     import pandas as pd
 
-    from inkling_workbook import plots
+    from inkling_workbook.publish import fp8_figures
 
     csv = tmp_path / "fp8_bench_h200.csv"
     pd.DataFrame([{"case": "x", "median_us": 1.0}]).to_csv(csv, index=False)
     (tmp_path / "rerun").mkdir()
-    commit, name = next(iter(plots.FP8_REPEATS.items()))
+    commit, name = next(iter(fp8_figures.FP8_REPEATS.items()))
     pd.DataFrame([{"case": "x", "median_us": 2.0}]).to_csv(tmp_path / "rerun" / name, index=False)
     csv.with_suffix(".json").write_text(json.dumps({"git_commit": commit + "0" * 33}))
-    assert plots.fp8_repeat(csv).median_us.tolist() == [2.0]
+    assert fp8_figures.fp8_repeat(csv).median_us.tolist() == [2.0]
     csv.with_suffix(".json").write_text(json.dumps({"git_commit": "0" * 40}))
-    assert plots.fp8_repeat(csv) is None
-    assert plots.fp8_repeat(tmp_path / "none.csv") is None
+    assert fp8_figures.fp8_repeat(csv) is None
+    assert fp8_figures.fp8_repeat(tmp_path / "none.csv") is None
 
 
 def test_clock_sampler_windows():
@@ -355,7 +356,7 @@ def test_clock_sampler_windows():
     import shutil
     import time
 
-    from inkling_workbook import provenance
+    from inkling_workbook.measure import provenance
 
     with provenance.ClockSampler(period_ms=20) as sampler:
         for _ in range(3):
@@ -376,7 +377,7 @@ def test_masked_row_cost_reads_its_spread_and_names_a_tie():
     ties are throughout the workbook); with a repeat, the repeat's ratios are quoted too."""
     import pandas as pd
 
-    from inkling_workbook import plots
+    from inkling_workbook.publish import fp8_figures
 
     base = {"op": "silu_and_mul_fp8", "l2": "warm", "column_major_scales": False, "scale_ue8m0": False}
 
@@ -388,13 +389,13 @@ def test_masked_row_cost_reads_its_spread_and_names_a_tie():
 
     # T = 256: masked (7.0 - 4.0) over 2-D (6.5 - 3.2): 0.909x; spreads of 0.05 us each way: masked
     # 2.9-3.1, 2-D 3.2-3.4, so 2.9 / 3.4 = 0.853x to 3.1 / 3.2 = 0.969x
-    present = _target(plots.fp8_targets(sweep(7.0, 0.05)), "the rows present")
+    present = _target(fp8_figures.fp8_targets(sweep(7.0, 0.05)), "the rows present")
     assert present["met"] and "(0.909x; from the spreads 0.85-0.97x)" in present["measured"], present["measured"]
     assert "tie" not in present["measured"]
     # (8.0 - 4.0) / 3.3 = 1.212x, spreads 0.05: 3.9 / 3.4 = 1.147x to 4.1 / 3.2 = 1.281x holds 1.25
-    tied = plots.fp8_targets(sweep(8.0, 0.05), repeat=sweep(8.0, 0.05))
+    tied = fp8_figures.fp8_targets(sweep(8.0, 0.05), repeat=sweep(8.0, 0.05))
     present = _target(tied, "the rows present")
     assert present["met"] and "(1.212x; from the spreads 1.15-1.28x: a tie with the limit)" in present["measured"]
     assert "repeat: met too (T = 256 1.212x, a tie with the limit; T = 2048 1.054x)" in present["measured"]
     # (8.5 - 4.0) / 3.3 = 1.364x: missed, whatever the spreads
-    assert not _target(plots.fp8_targets(sweep(8.5, 0.05)), "the rows present")["met"]
+    assert not _target(fp8_figures.fp8_targets(sweep(8.5, 0.05)), "the rows present")["met"]

@@ -1,6 +1,6 @@
 """Blackwell without one: the package's kernels compiled for sm_100a and sm_120a (and sm_90a, the
 H200's, as the baseline) on the CPU with Triton's bundled ptxas, as a GPU of that capability
-launches them (``inkling_workbook.blackwell``). Fails when a kernel stops compiling for a target
+launches them (``inkling_workbook.proofs.blackwell``). Fails when a kernel stops compiling for a target
 or uses local memory (spills); checks that the NVFP4 kernel takes the hardware e2m1 conversion on
 Blackwell only, and that the committed records cover every case without spills."""
 
@@ -13,7 +13,7 @@ import torch
 from conftest import HAS_CUDA, gpu_only
 
 from inkling_kernels import _backend, nvfp4
-from inkling_workbook import blackwell
+from inkling_workbook.proofs import blackwell
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = {c.name: c for c in blackwell.all_cases()}
@@ -78,7 +78,7 @@ def test_plans_follow_the_capability():
 def test_record_covers_every_case_without_spills(target):
     rec = json.loads((ROOT / f"data/compile_{target.replace('_', '')}.json").read_text())
     assert rec["target"] == target and rec["all_compiled"] and rec["no_local_memory"]
-    assert set(rec["cases"]) == set(CASES), "rerun python -m inkling_workbook.blackwell data"
+    assert set(rec["cases"]) == set(CASES), "rerun python -m inkling_workbook.proofs.blackwell data"
     assert rec["provenance"]["git_commit"] and rec["triton"]
     for name, row in rec["cases"].items():
         assert row["compiled"] and row["local_bytes"] == 0, name

@@ -6,7 +6,7 @@ import torch
 from conftest import DEVICE, poisoned, randn
 
 from inkling_kernels.silu_and_mul import silu_and_mul
-from inkling_workbook import decode_baselines as db
+from inkling_workbook.measure import decode_baselines as db
 
 
 def test_sglang_table_and_its_rules():
@@ -53,14 +53,14 @@ def test_the_decode_sweep_runs_end_to_end_on_the_cpu(monkeypatch, tmp_path):
 
     from test_decode_candidates import _fake_time_calls
 
-    from inkling_workbook import bench, provenance
+    from inkling_workbook.measure import bench, provenance, timing
 
     def buffers(shape, sets):
         return [(torch.randn(shape.M, 2 * shape.N).bfloat16(), torch.rand(shape.M) if shape.weighted else None)]
 
-    monkeypatch.setattr(bench, "require_gpu", lambda: None)
-    monkeypatch.setattr(bench, "warm_clocks", lambda *a: {})
-    monkeypatch.setattr(bench, "time_calls", _fake_time_calls)
+    monkeypatch.setattr(timing, "require_gpu", lambda: None)
+    monkeypatch.setattr(timing, "warm_clocks", lambda *a: {})
+    monkeypatch.setattr(timing, "time_calls", _fake_time_calls)
     monkeypatch.setattr(bench, "_buffers", buffers)
     monkeypatch.setattr(provenance, "gpu_state", lambda: {})
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)

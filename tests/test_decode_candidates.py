@@ -72,7 +72,7 @@ def test_ptx_report_places_the_wait():
 
 def _fake_time_calls(calls, passes, rounds=10, after_pass=None):
     """The timing replaced by one interpreted call of each (the empty kernels are GPU-only)."""
-    from inkling_workbook.bench import Timing
+    from inkling_workbook.measure.timing import Timing
 
     for name, fn in calls.items():
         if not name.startswith("empty"):
@@ -86,11 +86,11 @@ def test_the_gpu_path_runs_end_to_end_on_the_cpu(monkeypatch, tmp_path, capsys):
     checks bits, ranks, times the PDL-off rows and writes its CSV and provenance JSON."""
     import json
 
-    from inkling_workbook import bench, provenance
+    from inkling_workbook.measure import provenance, timing
 
-    monkeypatch.setattr(bench, "require_gpu", lambda: None)
-    monkeypatch.setattr(bench, "warm_clocks", lambda *a: {})
-    monkeypatch.setattr(bench, "time_calls", _fake_time_calls)
+    monkeypatch.setattr(timing, "require_gpu", lambda: None)
+    monkeypatch.setattr(timing, "warm_clocks", lambda *a: {})
+    monkeypatch.setattr(timing, "time_calls", _fake_time_calls)
     monkeypatch.setattr(provenance, "gpu_state", lambda: {})
     monkeypatch.setattr(dc, "ptx_report", lambda: {})
     monkeypatch.setattr(dc, "DEVICE", "cpu")

@@ -13,8 +13,8 @@ import torch
 from conftest import HAS_CUDA, gpu_only
 
 from inkling_kernels import _backend, _nvfp4_kernel, nvfp4
-from inkling_workbook import e2m1_proof
-from inkling_workbook.nvfp4_proofs import e2m1_pack
+from inkling_workbook.proofs import e2m1_proof
+from inkling_workbook.proofs.nvfp4_proofs import e2m1_pack
 
 ROOT = Path(__file__).resolve().parent.parent
 

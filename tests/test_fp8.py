@@ -20,7 +20,7 @@ from inkling_kernels.reference import (
     fp8_group_dequant_ref,
     fp8_group_quant_ref,
 )
-from inkling_workbook.fp8_proofs import e4m3_signed_encode
+from inkling_workbook.proofs.fp8_proofs import e4m3_signed_encode
 
 F8 = torch.float8_e4m3fn
 POISON_Q = 0xFF  # a NaN byte the kernels never write (their NaN is 0x7F)
@@ -99,7 +99,7 @@ def test_e4m3_rounding_every_fp32_up_to_448_interpreted():
     import triton
 
     from inkling_kernels import _backend
-    from inkling_workbook.fp8_proofs import e4m3_signed_encode_kernel
+    from inkling_workbook.proofs.fp8_proofs import e4m3_signed_encode_kernel
 
     chunk, block = 1 << 24, 1 << 20
     for start in range(0, 0x43E00001, chunk):
@@ -1239,7 +1239,7 @@ def test_gpu_hardware_e4m3_equals_integer_rounding_on_all_fp32():
     """The compiled kernels convert with cvt.rn.satfinite.e4m3x2.f32 (``_e4m3_hw``); the
     interpreter with integer operations (``_e4m3_signed``). Both on every one of the 2**32 fp32
     bit patterns (NaNs, infinities, subnormals, both signs): zero disagreements."""
-    from inkling_workbook.fp8_proofs import e4m3_paths_mismatches
+    from inkling_workbook.proofs.fp8_proofs import e4m3_paths_mismatches
 
     assert e4m3_paths_mismatches() == 0
     # the counter counts: with the byte of 1.0 corrupted, exactly one disagreement
@@ -1257,7 +1257,7 @@ def test_gpu_reciprocal_division_equals_ieee_division_exhaustively(dtype, method
     e4m3 byte always. Markstein's fp32 quotient also equals div_rn's wherever it is at least
     2**-10; the split reciprocal's can miss by an ulp in a few thousand pairs (bf16; counted,
     never a different byte)."""
-    from inkling_workbook.fp8_proofs import DIV_MARKSTEIN, DIV_SPLIT, division_mismatches
+    from inkling_workbook.proofs.fp8_proofs import DIV_MARKSTEIN, DIV_SPLIT, division_mismatches
 
     m = {"split": DIV_SPLIT, "markstein": DIV_MARKSTEIN}[method]
     byte, bits, tiny = division_mismatches(dtype, m)
@@ -1275,7 +1275,7 @@ def test_gpu_fast_sigmoid_keeps_every_silu_bit(level):
     ``FTZ_EXP``: 1, the flushing exponential; 2, launched, that and the always-scaled
     reciprocal); every other kernel, helion's included, with ``tl.sigmoid``. On every one of the
     2**32 fp32 inputs the silu has the same bits."""
-    from inkling_workbook.fp8_proofs import SIGMOID_FAST, sigmoid_paths_mismatches
+    from inkling_workbook.proofs.fp8_proofs import SIGMOID_FAST, sigmoid_paths_mismatches
 
     assert SIGMOID_FAST == 2
     assert sigmoid_paths_mismatches(level=level) == 0
@@ -1332,7 +1332,7 @@ def test_gpu_fast_scale_paths_equal_div_rn_exhaustively():
     On every fp32 group maximum the kernel can meet (``[eps, FLT_MAX]``, about 1.34e9): the same
     scale as ``div_rn(amax, 448)``, the same ``(r_hi, r_lo)`` as ``_recip_split`` and, for UE8M0,
     the same power-of-two reciprocal as ``div_rn(1, s)``."""
-    from inkling_workbook.fp8_proofs import scale_paths_mismatches
+    from inkling_workbook.proofs.fp8_proofs import scale_paths_mismatches
 
     assert scale_paths_mismatches() == (0, 0, 0)
     # the counter counts: with the fast scale of amax = 1.0 corrupted, exactly one disagreement
@@ -1431,7 +1431,7 @@ def test_kernel_flags_keep_the_sm90_proofs_on_sm90(monkeypatch, cap, ftz, fast_s
 
 
 def test_exhaustive_path_checks_refuse_a_cpu_device():
-    from inkling_workbook.fp8_proofs import (
+    from inkling_workbook.proofs.fp8_proofs import (
         division_mismatches,
         e4m3_paths_mismatches,
         scale_paths_mismatches,
@@ -1475,7 +1475,7 @@ def test_exports():
 
 
 def test_fp8_bench_cases_are_data():
-    from inkling_workbook.fp8_bench import (
+    from inkling_workbook.measure.fp8_cases import (
         MASKED_COUNTS,
         MASKED_TS,
         SWEEP_TIMED,
@@ -1592,7 +1592,7 @@ def test_gpu_fp8_bench_impls_run_and_agree():
     present (the check the benchmark makes before timing), fused with PDL off the same as on;
     the compiled reference returns e4m3 codes of the right size (its silu*mul is inductor's, not
     bit-compared)."""
-    from inkling_workbook.fp8_bench import check_fused_equals_unfused, fp8_cases, fp8_impls, present_rows
+    from inkling_workbook.measure.fp8_cases import check_fused_equals_unfused, fp8_cases, fp8_impls, present_rows
 
     names = ("M1024_N1536_il", "masked_ragged_E8_T256_N1536", "M16_N1536_nil", "masked_raggedx8_E8_T2048_N3072")
     for case in [c for c in fp8_cases() if c["name"] in names]:
@@ -1635,7 +1635,7 @@ def test_gpu_compile_draws_are_fresh_compilations():
     one served again from a cache, and every draw computes the same op."""
     from torch._dynamo.utils import counters
 
-    from inkling_workbook.fp8_bench import compile_draws, fp8_cases, fp8_impls, fresh_compile
+    from inkling_workbook.measure.fp8_cases import compile_draws, fp8_cases, fp8_impls, fresh_compile
 
     case = next(c for c in fp8_cases() if c["name"] == "M16_N3072_nil")
     assert compile_draws(case) >= 3
@@ -1654,7 +1654,7 @@ def test_gpu_compile_draws_are_fresh_compilations():
 def test_bench_check_compares_only_the_rows_a_masked_case_writes():
     """The benchmark's check before timing (``check_fused_equals_unfused``): rows past
     ``masked_m`` may hold anything; a changed code or scale on a present row fails it."""
-    from inkling_workbook.fp8_bench import check_fused_equals_unfused, fp8_cases
+    from inkling_workbook.measure.fp8_cases import check_fused_equals_unfused, fp8_cases
 
     case = next(c for c in fp8_cases() if c["name"].startswith("masked_ragged"))
     E, T, N = case["E"], case["T"], case["N"]

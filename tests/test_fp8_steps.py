@@ -14,13 +14,14 @@ from inkling_kernels import fp8_group_quant, silu_and_mul, silu_and_mul_fp8_grou
 from inkling_kernels.fp8 import ACT_NON_INTERLEAVED
 from inkling_kernels.fp8 import _launch as _fp8_launch
 from inkling_kernels.reference import fp8_group_quant_ref
-from inkling_workbook import fp8_steps
-from inkling_workbook.fp8_steps import CPU_CASES, GPU_CASES, Case
+from inkling_workbook.fp8_steps import checks as step_checks
+from inkling_workbook.fp8_steps import kernels as fp8_steps
+from inkling_workbook.fp8_steps.checks import CPU_CASES, GPU_CASES, Case
 
 
 @pytest.mark.parametrize("case", CPU_CASES, ids=lambda c: c.name)
 def test_every_step_bitwise_equal_to_package_cpu(case):
-    rows = fp8_steps.check_steps("cpu", cases=[case])
+    rows = step_checks.check_steps("cpu", cases=[case])
     assert len(rows) == len(fp8_steps.STEPS)
     bad = [r for r in rows if not r["ok"]]
     assert not bad, bad
@@ -29,7 +30,7 @@ def test_every_step_bitwise_equal_to_package_cpu(case):
 def test_edge_values_are_planted():
     """The check's data holds what it claims: ties (17, 432, 2**-10), 448, a zero group, NaN, Inf."""
     case = Case("probe", (4,), 256, interleaved=False)
-    gateup = fp8_steps.make_gateup(case, "cpu")
+    gateup = step_checks.make_gateup(case, "cpu")
     y = silu_and_mul(gateup, interleaved=False).float()
     assert (y != 0).float().mean() > 0.5  # random, never zeros
     assert torch.all(y[0, :128] == 0)
@@ -56,7 +57,7 @@ def _e4m3_half_up(t):
 def test_planted_rounding_bug_is_caught(monkeypatch):
     """The check can fail: the naive step with ties rounded up must be reported, on q only."""
     monkeypatch.setattr(fp8_steps, "_e4m3_signed", _e4m3_half_up)
-    rows = fp8_steps.check_steps("cpu", cases=[CPU_CASES[1]], steps=["naive"])
+    rows = step_checks.check_steps("cpu", cases=[CPU_CASES[1]], steps=["naive"])
     assert len(rows) == 1 and not rows[0]["ok"]
     assert not rows[0]["q_equal_package"] and rows[0]["scales_equal_package"]
     assert not rows[0]["equal_reference"]
@@ -65,17 +66,17 @@ def test_planted_rounding_bug_is_caught(monkeypatch):
 
 def test_unwritten_output_is_caught():
     """A runner that leaves the poisoned output as it is fails every comparison."""
-    rows = fp8_steps.check_steps("cpu", cases=[CPU_CASES[0]], runners={"nothing": lambda x, out, **kw: out})
+    rows = step_checks.check_steps("cpu", cases=[CPU_CASES[0]], runners={"nothing": lambda x, out, **kw: out})
     assert not rows[0]["q_equal_package"] and not rows[0]["scales_equal_package"]
 
 
 def test_masked_rows_untouched_and_padding_zeroed():
     case = CPU_CASES[6]  # masked (5, 0, 2), column-major: padding rows 5..7
-    gateup = fp8_steps.make_gateup(case, "cpu")
-    q, s = fp8_steps.run_step("work_list", gateup, out=fp8_steps._poisoned_out(case, "cpu"), **case.kwargs("cpu"))
-    assert torch.all(q.view(torch.uint8)[1] == fp8_steps.Q_POISON)
-    assert torch.all(q.view(torch.uint8)[2, 2:] == fp8_steps.Q_POISON)
-    words = fp8_steps._storage_words(s).view(3, -1, 8)  # [E, G, Tp]
+    gateup = step_checks.make_gateup(case, "cpu")
+    q, s = fp8_steps.run_step("work_list", gateup, out=step_checks._poisoned_out(case, "cpu"), **case.kwargs("cpu"))
+    assert torch.all(q.view(torch.uint8)[1] == step_checks.Q_POISON)
+    assert torch.all(q.view(torch.uint8)[2, 2:] == step_checks.Q_POISON)
+    words = step_checks._storage_words(s).view(3, -1, 8)  # [E, G, Tp]
     assert torch.all(words[:, :, 5:] == 0)
 
 
@@ -111,7 +112,7 @@ def test_step_flags_interpreter_are_all_off():
 @gpu_only
 @pytest.mark.gpu
 def test_every_step_bitwise_equal_to_package_gpu():
-    rows = fp8_steps.check_steps("cuda", cases=GPU_CASES)
+    rows = step_checks.check_steps("cuda", cases=GPU_CASES)
     bad = [r for r in rows if not r["ok"]]
     assert not bad, bad
 
@@ -122,8 +123,8 @@ def test_fp8_steps_cli_writes_records(tmp_path, monkeypatch):
     """The records' shape, on one small case (the real run is the GPU job's fp8steps step)."""
     from inkling_workbook import cli
 
-    monkeypatch.setattr(fp8_steps, "GPU_CASES", CPU_CASES[:1])
-    monkeypatch.setattr(fp8_steps, "TIMED_CASES", CPU_CASES[:1])
+    monkeypatch.setattr(step_checks, "GPU_CASES", CPU_CASES[:1])
+    monkeypatch.setattr(step_checks, "TIMED_CASES", CPU_CASES[:1])
     assert cli.main(["fp8-steps", "--device", "cuda", "--out", str(tmp_path / "fp8_steps_x.csv")]) == 0
     meta = json.loads((tmp_path / "fp8_steps_x.json").read_text())
     assert meta["bitwise"]["all_ok"] and len(meta["steps"]) == len(fp8_steps.STEPS) + 1
@@ -244,7 +245,7 @@ def test_launcher_takes_the_redux_only_on_aligned_tensors(monkeypatch):
 def test_every_step_compiles_for_sm90_with_the_gpu_switches(monkeypatch):
     """The compiled-only paths (the interpreter never takes them) pass Triton's compiler: each step's
     launch on two cases, with every switch the H200 gets, compiled for sm_90 on the CPU."""
-    from inkling_workbook import fp_fusion
+    from inkling_workbook.proofs import fp_fusion
 
     def sm90_flags(device, dtype, interpreted):
         sixteen = dtype in (torch.bfloat16, torch.float16)
@@ -257,7 +258,7 @@ def test_every_step_compiles_for_sm90_with_the_gpu_switches(monkeypatch):
         fp8_steps._backend, "launch", lambda kernel, grid, device, *a, **kw: seen.append((kernel, a, kw))
     )
     for case in (CPU_CASES[2], CPU_CASES[7]):  # fp16 interleaved; bf16 masked, ue8m0, groups of 64
-        gateup = fp8_steps.make_gateup(case, "cpu")
+        gateup = step_checks.make_gateup(case, "cpu")
         for step in fp8_steps.STEP_NAMES:
             fp8_steps.run_step(step, gateup, **case.kwargs("cpu"))
     assert len(seen) == 2 * len(fp8_steps.STEPS)

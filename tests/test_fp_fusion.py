@@ -14,7 +14,7 @@ import torch
 from conftest import HAS_CUDA, gpu_only
 
 from inkling_kernels import _backend
-from inkling_workbook import fp_fusion
+from inkling_workbook.proofs import fp_fusion
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_KERNELS = {
@@ -103,7 +103,7 @@ def test_inputs_are_the_same_in_every_process():
     """Both settings' runs must draw the same inputs: a large case drawn first and after other draws,
     in two fresh processes, has one digest (repeated edge positions once made it differ)."""
     script = (
-        "from inkling_workbook.fp_fusion import _values, _gen, digest\n"
+        "from inkling_workbook.proofs.fp_fusion import _values, _gen, digest\n"
         "a = digest(_values((96, 3072), _gen('c')))\n"
         "[_values((1024, 1536), _gen(str(k))) for k in range(2)]\n"
         "print(a, digest(_values((96, 3072), _gen('c'))), digest(_values((2048, 3072), _gen('d'))))\n"

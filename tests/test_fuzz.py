@@ -8,7 +8,7 @@ from conftest import DEVICE
 
 from inkling_kernels import max_blockscale_rows, nvfp4_quant, silu_and_mul, silu_and_mul_nvfp4_quant
 from inkling_kernels.reference import nvfp4_quant_experts_ref, padded_blockscale_offsets, silu_and_mul_ref, ulp_distance
-from inkling_workbook import harness
+from inkling_workbook.ports.silu_and_mul import harness
 
 ULP_BUDGET = {getattr(torch, k): v for k, v in harness.ULP_BUDGET.items()}
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)

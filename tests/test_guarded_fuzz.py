@@ -11,7 +11,7 @@ from conftest import DEVICE, guarded
 import inkling_kernels as ik
 from inkling_kernels import reference
 from inkling_kernels.fp8._layout import empty_scales
-from inkling_workbook import harness
+from inkling_workbook.ports.silu_and_mul import harness
 
 U8, F8 = torch.uint8, torch.float8_e4m3fn
 ULP_BUDGET = {getattr(torch, k): v for k, v in harness.ULP_BUDGET.items()}

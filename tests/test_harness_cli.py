@@ -13,7 +13,9 @@ import inkling_kernels as ik
 import portcheck
 from inkling_kernels import _backend
 from inkling_kernels.reference import silu_and_mul_ref
-from inkling_workbook import cli, harness, helion_original, plots, portcheck_cases
+from inkling_workbook import cli
+from inkling_workbook.ports.silu_and_mul import harness, helion_original, portcheck_cases
+from inkling_workbook.publish import speedup, style, tables
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
@@ -100,7 +102,10 @@ def test_check_through_portcheck_writes_the_record_and_a_planted_port_fails_it(t
     assert [f["at"] for f in first] == [[0, 3]]
     assert int(first[0]["original"], 16) ^ int(first[0]["port"], 16) == 1
     assert f"at (0, 3): original {first[0]['original']}" in printed and "portcheck_plants:silu_flip_one_bit" in printed
-    assert "--cases inkling_workbook.portcheck_cases:bitwise_cpu_cases --only 'M=2 N=256 il+w bfloat16'" in printed
+    assert (
+        "--cases inkling_workbook.ports.silu_and_mul.portcheck_cases:bitwise_cpu_cases --only 'M=2 N=256 il+w bfloat16'"
+        in printed
+    )
 
 
 def test_check_without_helion_still_compares_layouts_and_reruns(monkeypatch):
@@ -156,10 +161,10 @@ def test_figures_and_summary_from_recorded_data(tmp_path, capsys):
         for ext in (".png", ".svg"):
             assert (tmp_path / f"{stem}{ext}").stat().st_size > 5000
     assert readme.read_text() == (DATA.parent / "docs" / "results.md").read_text()  # its tables were current
-    md = plots.summary_markdown(DATA)
+    md = tables.summary_markdown(DATA)
     assert "| 49152 | 3072 | il |" in md and "NVFP4 fused" in md
-    df, meta = plots.load_bench(DATA / "bench_h200.csv")
-    targets = plots.targets_table(df, meta)
+    df, meta = style.load_bench(DATA / "bench_h200.csv")
+    targets = speedup.targets_table(df, meta)
     assert len(targets) >= 6 and set(targets.met.unique()) <= {True, False}
 
 
@@ -193,7 +198,7 @@ def test_unsupported_device_is_refused():
 
 
 def test_companion_files_of_a_sweep(tmp_path):
-    from inkling_workbook import provenance
+    from inkling_workbook.measure import provenance
 
     out = tmp_path / "bench_h200.csv"
     assert provenance.companion(out, "nvfp4") == tmp_path / "nvfp4_bench_h200.csv"
@@ -207,7 +212,7 @@ def test_companion_files_of_a_sweep(tmp_path):
 
 
 def test_write_record_replaces_whole_file(tmp_path):
-    from inkling_workbook import provenance
+    from inkling_workbook.measure import provenance
 
     path = tmp_path / "sub" / "r.json"
     provenance.write_record(path, "old\n")
@@ -216,7 +221,7 @@ def test_write_record_replaces_whole_file(tmp_path):
 
 
 def test_quick_sweep_is_a_subset_of_the_full_sweep():
-    from inkling_workbook import bench
+    from inkling_workbook.measure import bench
 
     key = lambda s: (s.M, s.N, s.interleaved, s.weighted)
     full = {key(s) for s in bench.shapes()}
@@ -233,10 +238,10 @@ def test_rerun_table_pairs_timings():
         + [{**base, "M": 8, "impl": "helion", "median_us": 2.0}]
     )
     again = pd.DataFrame([{**base, "M": m, "impl": "triton", "median_us": t} for m, t in [(1, 1.5), (49152, 54.0)]])
-    table = plots.rerun_table(again, recorded)
+    table = speedup.rerun_table(again, recorded)
     assert len(table) == 2
     assert table.set_index("M").ratio.to_dict() == pytest.approx({1: 1.25, 49152: 1.0})
-    summary = plots.rerun_summary(table)
+    summary = speedup.rerun_summary(table)
     assert set(summary["size"]) == {"decode (M <= 16)", "large (M >= 4096)"} and summary.timings.sum() == 2
 
 
@@ -298,7 +303,7 @@ def test_interpreted_runs_leave_triton_language_as_found(gen):
 
 
 def test_git_commit_prefers_the_environment(monkeypatch):
-    from inkling_workbook import provenance
+    from inkling_workbook.measure import provenance
 
     monkeypatch.setenv("INKLING_GIT_COMMIT", "0123456789ab")
     assert provenance.git_commit() == "0123456789ab"
@@ -311,7 +316,7 @@ def test_sources_digest_names_the_code_on_disk_and_in_a_commit(tmp_path):
     outside the source trees and non-Python files do not count."""
     import subprocess
 
-    from inkling_workbook import provenance
+    from inkling_workbook.measure import provenance
 
     def git(*args):
         subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)

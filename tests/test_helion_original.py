@@ -6,7 +6,7 @@ from conftest import DEVICE, HAS_CUDA, randn
 
 from inkling_kernels import silu_and_mul
 from inkling_kernels.reference import bits_equal
-from inkling_workbook import helion_original
+from inkling_workbook.ports.silu_and_mul import helion_original
 
 pytestmark = pytest.mark.skipif(not helion_original.available(), reason=helion_original.INSTALL_HINT)
 
@@ -25,7 +25,7 @@ def _run_raw(kernel, x, n):
 
 def test_one_raw_helion_kernel_reuses_the_m1_code(gen):
     """One helion kernel object, called with M == 1 then M == 4: rows 1..3 are never written."""
-    from inkling_workbook import _helion_kernels
+    from inkling_workbook.ports.silu_and_mul import _helion_kernels
 
     raw = _helion_kernels.make(_helion_kernels.silu_and_mul_helion_interleaved)
     _run_raw(raw, randn((1, 512), torch.bfloat16, gen, DEVICE), 256)

@@ -1,4 +1,4 @@
-"""The MoE layer of notebook 08 (``inkling_workbook.moe_layer``): routing and grouping invariants,
+"""The MoE layer of notebook 08 (``inkling_workbook.moe.layer``): routing and grouping invariants,
 fused == unfused bit for bit inside the layer, each variant's error against the float64 layer
 under the bound its formats give, the FP8 GEMM2 against its dequantized operands, the CLI's
 record on a CPU dry run; on a GPU, the ``torch._scaled_mm`` and ``torch._grouped_mm`` paths."""
@@ -11,7 +11,9 @@ import pytest
 import torch
 from conftest import gpu_only
 
-from inkling_workbook import moe_layer as ml
+from inkling_workbook.moe import layer as ml
+from inkling_workbook.moe import record as moe_record
+from inkling_workbook.moe import tables as moe_tables
 
 SHAPE = ml.CPU_SHAPE  # E=4, k=2, H=256, N=256
 M = 8
@@ -288,20 +290,20 @@ def _synthetic_captures() -> dict:
 
 
 def test_tables_conclusions_and_figures_from_a_record(tmp_path):
-    from inkling_workbook import plots
+    from inkling_workbook.publish import moe_figures
 
-    ml.run(tmp_path, Ms=(8,), device="cpu", progress=False)
-    doc = _synthetic_record(ml.load_record(tmp_path / "data" / "moe_layer_cpu.json"))
+    moe_record.run(tmp_path, Ms=(8,), device="cpu", progress=False)
+    doc = _synthetic_record(moe_tables.load_record(tmp_path / "data" / "moe_layer_cpu.json"))
     doc["compile"] = [{"M": 8, "layout": "contiguous", "rows": 20, "variant": v, "ok": True, "rel_err": 0.01,
                        "mode": "torch.compile(fullgraph=True, dynamic=True)", "equal_to_eager": False,
                        "compile_s": 1.0} for v in ("bf16", "fp8_fused")]  # fmt: skip
-    table = ml.timing_table(doc)
+    table = moe_tables.timing_table(doc)
     assert len(table) == len(ml.LAYOUTS)
     first = table.iloc[0]
     assert first["fused / unfused"] == f"{0.95 / 1.05:.3f}" and first["fp8_fused act share"] == f"{10 / 95:.1%}"
     assert first["fp8 fused / bf16"] == "0.950"  # ranges 94.05-95.95 and 99-101: no tie
     assert table.iloc[1]["compiled bf16 us"] == "-"  # no compiled masked layer: "-", never NaN
-    lines = ml.conclusions(doc)
+    lines = moe_tables.conclusions(doc)
     assert any("fusion saves" in s and f"{1 - 0.95 / 1.05:+.1%}" in s for s in lines), lines
     assert any("faster than the unfused one at every M" in s for s in lines), lines
     assert any("FP8 wins, 5.0% less time" in s for s in lines) and any("2/2 cases" in s for s in lines)
@@ -309,15 +311,15 @@ def test_tables_conclusions_and_figures_from_a_record(tmp_path):
         s for s in lines if s.startswith("compiled (torch.compile(fullgraph=True, dynamic=True)) against eager")
     ]
     assert len(compiled) == 1 and "contiguous M=8 bf16: 10.0% less time" in compiled[0], lines
-    stages = ml.stage_table(doc)
+    stages = moe_tables.stage_table(doc)
     assert len(stages) == len(ml.LAYOUTS) * len(ml.VARIANTS)
     fused = stages[(stages.layout == "contiguous") & (stages.variant == "fp8_fused")].iloc[0]
     assert fused["rest us"] == round(95.0 - 40.0 - 10.0 - 30.0 * 0.95, 1)
-    assert ml.accuracy_table(doc).shape == (len(ml.LAYOUTS), len(ml.VARIANTS))
-    bounds = ml.accuracy_bounds(doc)
+    assert moe_tables.accuracy_table(doc).shape == (len(ml.LAYOUTS), len(ml.VARIANTS))
+    bounds = moe_tables.accuracy_bounds(doc)
     assert list(bounds.variant) == list(ml.VARIANTS) and (bounds["tail bound"] == f"{ml.TAIL_BOUND:.2%}").all()
     # fused vs unfused: the layer's saving beside the stages alone; masked, the rows the fused op skips
-    fusion = ml.fusion_table(doc).set_index("layout")
+    fusion = moe_tables.fusion_table(doc).set_index("layout")
     plan = doc["plans"][0]
     assert fusion.loc["contiguous", "rows fused"] == fusion.loc["contiguous", "rows unfused"] == plan["contiguous_rows"]
     assert fusion.loc["masked", "rows fused"] == 8 * SHAPE["k"]
@@ -327,22 +329,22 @@ def test_tables_conclusions_and_figures_from_a_record(tmp_path):
     )
     assert fusion.loc["contiguous", "activation alone saved us"] == 0.0
     assert fusion.loc["contiguous", "GEMM2 alone, unfused - fused us"] == round(30.0 * 0.10, 1)
-    fp8 = ml.fp8_table(doc).set_index("layout")
+    fp8 = moe_tables.fp8_table(doc).set_index("layout")
     assert fp8.loc["contiguous", "verdict"] == "FP8 wins, 5.0% less time"
     assert fp8.loc["contiguous", "GEMM2: fp8 - bf16 us"] == round(30.0 * 0.95 - 30.0, 1)
     assert fp8.loc["contiguous", "rest: fp8 - bf16 us"] == round(-5.0 - (30.0 * 0.95 - 30.0), 1)
-    comp = ml.compile_table(doc)
+    comp = moe_tables.compile_table(doc)
     assert list(comp["compiled / eager"]) == [0.9, 0.9] and set(comp.compiled) == {"yes"}
     # the capture experiment decides where it covers the M
-    cap = ml.capture_table(_synthetic_captures()).set_index("layout")
+    cap = moe_tables.capture_table(_synthetic_captures()).set_index("layout")
     assert cap.loc["contiguous", "fused vs unfused across captures"] == "tie (capture medians overlap)"
     assert cap.loc["masked", "fused vs unfused across captures"] == "fused faster by 2.0-4.0 us"
     assert cap.loc["contiguous", "widest capture spread us"] == 2.5
-    lines = ml.conclusions(doc, _synthetic_captures())
+    lines = moe_tables.conclusions(doc, _synthetic_captures())
     assert "contiguous: the fusion does not pay (tie or loss) at M = [8]" in lines, lines
     assert "masked: the fused layer is faster than the unfused one at every M measured" in lines, lines
     assert any(s.startswith("masked: the saving includes skipped work") for s in lines), lines
-    for draw, stem in ((plots.draw_moe_layer, "moe_layer_x"), (plots.draw_moe_error, "moe_error_x")):
+    for draw, stem in ((moe_figures.draw_moe_layer, "moe_layer_x"), (moe_figures.draw_moe_error, "moe_error_x")):
         paths = draw(doc, tmp_path / stem)
         assert [p.suffix for p in paths] == [".png", ".svg"] and all(p.stat().st_size > 1000 for p in paths)
 
@@ -350,7 +352,7 @@ def test_tables_conclusions_and_figures_from_a_record(tmp_path):
 def test_moe_layer_figure_shows_times_in_us_and_the_ratios_around_one():
     """The layer figure: a column per layout; on top each variant's layer time in us, below the two
     verdict ratios with their spread and the line at 1.0 they are read against."""
-    from inkling_workbook import plots
+    from inkling_workbook.publish import moe_figures
 
     doc = {"layouts": list(ml.LAYOUTS), "variants": list(ml.VARIANTS), "shape": SHAPE,
            "provenance": {"device": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0"}, "rows": []}  # fmt: skip
@@ -360,14 +362,14 @@ def test_moe_layer_figure_shows_times_in_us_and_the_ratios_around_one():
                 us *= M / 16
                 doc["rows"].append({"M": M, "layout": layout, "kind": "layer", "variant": v, "median_us": us,
                                     "lo_us": us * 0.999, "hi_us": us * 1.001})  # fmt: skip
-    fig = plots.draw_moe_layer(doc)
+    fig = moe_figures.draw_moe_layer(doc)
     top, bottom = fig.axes[0], fig.axes[2]
     assert len(fig.axes) == 4 and "us" in top.get_ylabel() and "ratio" in bottom.get_ylabel()
     assert any(set(ln.get_ydata()) == {1.0} for ln in bottom.get_lines())  # the line at 1.0
     texts = {t.get_text() for t in bottom.texts}
     assert {f"{104 / 105:.3f}", f"{104 / 100:.3f}"} <= texts  # each ratio printed beside its marker
     assert "NVIDIA H200" in " ".join(t.get_text() for t in fig.texts)  # the footer names the GPU
-    lo = plots.moe_ratio(doc["rows"][2], doc["rows"][1])
+    lo = moe_figures.moe_ratio(doc["rows"][2], doc["rows"][1])
     assert lo[1] < lo[0] < lo[2]
     import matplotlib.pyplot as plt
 
@@ -409,7 +411,7 @@ class _StandInTimer:
 
     @staticmethod
     def time_interleaved(timers, passes):
-        from inkling_workbook.bench import Timing
+        from inkling_workbook.measure.timing import Timing
 
         return {k: Timing.from_passes([[1.0 + i, 1.1 + i]] * passes, t.reps) for i, (k, t) in enumerate(timers.items())}
 
@@ -421,7 +423,7 @@ class _StandInTimer:
 def test_the_timing_code_runs_with_a_stand_in_timer(tmp_path):
     """The benchmark's timing and compile code on the CPU: every layer, activation and compiled
     layer gets a row (the compile with the aot_eager backend), and a record the tables read."""
-    doc = ml.run(tmp_path, Ms=(8,), device="cpu", progress=False, timer=_StandInTimer, compile_Ms=(8,),
+    doc = moe_record.run(tmp_path, Ms=(8,), device="cpu", progress=False, timer=_StandInTimer, compile_Ms=(8,),
                  compile_backend="aot_eager")  # fmt: skip
     kinds = {(r["layout"], r["kind"], r["variant"]) for r in doc["rows"]}
     want = {(lo, kind, v) for lo in ml.LAYOUTS for kind in ("layer", "activation", "gemm2") for v in ml.VARIANTS}
@@ -433,4 +435,4 @@ def test_the_timing_code_runs_with_a_stand_in_timer(tmp_path):
     ]
     assert all(c["rel_err"] <= ml.error_bound(c["variant"]) for c in doc["compile"])
     assert (tmp_path / "data" / "moe_layer_cpu.csv").exists()
-    assert len(ml.timing_table(doc)) == len(ml.LAYOUTS) and ml.conclusions(doc)
+    assert len(moe_tables.timing_table(doc)) == len(ml.LAYOUTS) and moe_tables.conclusions(doc)

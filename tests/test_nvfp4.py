@@ -20,7 +20,7 @@ from inkling_kernels.reference import (
     swizzled_offset,
     unswizzle_blockscale,
 )
-from inkling_workbook.nvfp4_proofs import e4m3_encode
+from inkling_workbook.proofs.nvfp4_proofs import e4m3_encode
 
 
 def _offsets(counts, device):

@@ -504,7 +504,7 @@ def test_host_overhead_measurement_runs():
     """The host-time measurement the serving benchmark records (``data/serving_<gpu>.json``; its
     targets are reported there and in the README, not asserted here: performance lives in
     benchmarks): every entry a positive time, the ratios consistent with them."""
-    from inkling_workbook.hostbench import measure_host_overhead
+    from inkling_workbook.measure.hostbench import measure_host_overhead
 
     res = measure_host_overhead(calls=200, rounds=3)
     print(res)

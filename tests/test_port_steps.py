@@ -9,8 +9,8 @@ import torch
 from conftest import gpu_only, poisoned, randn
 
 from inkling_kernels import silu_and_mul
-from inkling_workbook import port_steps
-from inkling_workbook.bench import Timing
+from inkling_workbook.measure.timing import Timing
+from inkling_workbook.ports.silu_and_mul import port_steps
 
 # (M, N, weighted): decode rows, odd widths (column tails), row tails, M above the one-row limit
 # (steps 3-5 go back to 8-row tiles there, the heuristic to its prefill tile) and fp32 weights.

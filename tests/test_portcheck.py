@@ -14,7 +14,8 @@ import torch
 
 import inkling_kernels as ik
 import portcheck
-from inkling_workbook import cli, helion_original
+from inkling_workbook import cli
+from inkling_workbook.ports.silu_and_mul import helion_original
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
@@ -200,9 +201,24 @@ def test_cli_without_helion_says_so_and_exits_2(monkeypatch, capsys):
         raise ImportError(helion_original.INSTALL_HINT)
 
     monkeypatch.setattr(helion_original, "helion_kernel", no_helion)
-    argv = ["portcheck", "inkling_workbook.helion_original:silu_and_mul_helion", "inkling_kernels:silu_and_mul"]
+    argv = [
+        "portcheck",
+        "inkling_workbook.ports.silu_and_mul.helion_original:silu_and_mul_helion",
+        "inkling_kernels:silu_and_mul",
+    ]
     # in this process (--no-isolate): a worker process would not see the monkeypatch
-    assert cli.main([*argv, "--cases", "inkling_workbook.portcheck_cases:cpu_cases", "--no-code", "--no-isolate"]) == 2
+    assert (
+        cli.main(
+            [
+                *argv,
+                "--cases",
+                "inkling_workbook.ports.silu_and_mul.portcheck_cases:cpu_cases",
+                "--no-code",
+                "--no-isolate",
+            ]
+        )
+        == 2
+    )
     assert "helion" in capsys.readouterr().err
 
 
@@ -274,7 +290,7 @@ _TWO_CPU_CASES = """
 import json
 import inkling_kernels as ik
 import portcheck
-from inkling_workbook import helion_original, portcheck_cases
+from inkling_workbook.ports.silu_and_mul import helion_original, portcheck_cases
 cases = portcheck_cases.cpu_cases()
 picked = [cases[0], next(c for c in cases if c.name.startswith("w 2x768+2 bfloat16 edges") and "False" in c.name)]
 ref = portcheck_cases.reference

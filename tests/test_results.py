@@ -6,7 +6,8 @@ import re
 import shutil
 from pathlib import Path
 
-from inkling_workbook import cli, results
+from inkling_workbook import cli
+from inkling_workbook.publish import results
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"

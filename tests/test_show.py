@@ -1,6 +1,6 @@
 import pytest
 
-from inkling_workbook import show
+from inkling_workbook.publish import show
 
 
 def test_source_sends_the_style_sheet_once(monkeypatch):

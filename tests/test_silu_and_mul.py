@@ -6,7 +6,7 @@ from conftest import DEVICE, gpu_only, poisoned, randn
 
 from inkling_kernels import LaunchConfig, launch_config, silu_and_mul
 from inkling_kernels.reference import bits_equal, join_gateup, silu_and_mul_ref, split_gateup, ulp_distance
-from inkling_workbook import harness
+from inkling_workbook.ports.silu_and_mul import harness
 
 # ulp budget against the same-order torch reference (shared with the harness): tl.sigmoid and
 # torch.sigmoid differ in the last fp32 bits, which moves a bf16/fp16 result by at most one ulp;

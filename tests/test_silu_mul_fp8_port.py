@@ -17,9 +17,9 @@ from triton.language.extra import libdevice
 
 import portcheck
 from inkling_kernels import _backend
-from inkling_workbook import silu_mul_fp8_helion as H
-from inkling_workbook import silu_mul_fp8_port as P
-from inkling_workbook import silu_mul_fp8_steps as S
+from inkling_workbook.ports.silu_mul_fp8 import helion as H
+from inkling_workbook.ports.silu_mul_fp8 import port as P
+from inkling_workbook.ports.silu_mul_fp8 import steps as S
 
 needs_helion = pytest.mark.skipif(not H.available(), reason=H.INSTALL_HINT)
 E4M3 = torch.float8_e4m3fn
@@ -192,7 +192,7 @@ def test_vllm_picker_rule_and_the_recorded_entries():
 
 
 def _fake_time_calls(calls, passes, rounds=10, after_pass=None):
-    from inkling_workbook.bench import Timing
+    from inkling_workbook.measure.timing import Timing
 
     for fn in calls.values():
         for f in fn if isinstance(fn, list) else [fn]:
@@ -204,10 +204,10 @@ def _fake_time_calls(calls, passes, rounds=10, after_pass=None):
 def test_the_gpu_script_runs_end_to_end_on_the_cpu(monkeypatch, tmp_path):
     """``silu_mul_fp8_bench.run`` with the timer faked (and eager torch for torch.compile): the
     portcheck record, the steps, every implementation a row with its bits, the provenance."""
-    from inkling_workbook import bench, provenance
-    from inkling_workbook import silu_mul_fp8_bench as B
+    from inkling_workbook.measure import provenance, timing
+    from inkling_workbook.ports.silu_mul_fp8 import bench as B
 
-    monkeypatch.setattr(bench, "time_calls", _fake_time_calls)
+    monkeypatch.setattr(timing, "time_calls", _fake_time_calls)
     monkeypatch.setattr(provenance, "gpu_state", lambda: {})
     monkeypatch.setattr(B, "compiled_formula", lambda: H.formula)
     cases = [c for c in P.cpu_cases() if "result_ties" in c.name or c.name.startswith("1x768 bfloat16 random contig")]
@@ -229,7 +229,7 @@ def test_the_gpu_script_runs_end_to_end_on_the_cpu(monkeypatch, tmp_path):
 
 
 def test_verdicts_are_by_ranges():
-    from inkling_workbook import silu_mul_fp8_bench as B
+    from inkling_workbook.ports.silu_mul_fp8 import bench as B
 
     r = lambda m, lo, hi: {"median_us": m, "lo_us": lo, "hi_us": hi}  # noqa: E731
     assert B.verdict(r(1.0, 0.99, 1.01), r(1.1, 1.09, 1.11)) == "win"
@@ -238,7 +238,7 @@ def test_verdicts_are_by_ranges():
 
 
 def test_sweep_shapes_pick_recorded_configs():
-    from inkling_workbook import silu_mul_fp8_bench as B
+    from inkling_workbook.ports.silu_mul_fp8 import bench as B
 
     shapes = B.sweep_shapes()
     assert min(m for m, _ in shapes) == 1 and max(m for m, _ in shapes) >= 32768
@@ -255,10 +255,10 @@ def test_sweep_shapes_pick_recorded_configs():
 def test_the_gpu_script_runs_in_parts(monkeypatch, tmp_path):
     """Each part alone (one 10-minute call each on a fresh GPU): check writes the record without
     steps, steps joins it, sweep writes the timings; a part outside the list is refused."""
-    from inkling_workbook import bench, provenance
-    from inkling_workbook import silu_mul_fp8_bench as B
+    from inkling_workbook.measure import provenance, timing
+    from inkling_workbook.ports.silu_mul_fp8 import bench as B
 
-    monkeypatch.setattr(bench, "time_calls", _fake_time_calls)
+    monkeypatch.setattr(timing, "time_calls", _fake_time_calls)
     monkeypatch.setattr(provenance, "gpu_state", lambda: {})
     monkeypatch.setattr(B, "compiled_formula", lambda: H.formula)
     cases = [c for c in P.cpu_cases() if "result_ties" in c.name][:1]
@@ -318,7 +318,7 @@ def test_the_gpu_script_in_worker_processes_gives_the_serial_record(tmp_path):
     """``jobs=2``: the check and the steps in two spawned processes, cases named by
     ``MODULE:NAME``: the same tally, rows and step counts as one process; a list of cases with
     jobs > 1 is refused (workers rebuild cases by name)."""
-    from inkling_workbook import silu_mul_fp8_bench as B
+    from inkling_workbook.ports.silu_mul_fp8 import bench as B
 
     spec = "portcheck_plants:silu_fp8_cases"
     with pytest.raises(TypeError, match="MODULE:NAME"):

@@ -1,4 +1,4 @@
-"""The FP8 part of the benchmark alone (``bench.run_fp8``, as ``python -m inkling_workbook bench``
+"""The FP8 part of the benchmark alone (``fp8_sweep.run_fp8``, as ``python -m inkling_workbook bench``
 runs it: the FP8-pattern ceilings at M = 49152, then the cases), for a GPU session without the
 time for the whole sweep. Writes the rows as ``bench`` does and, beside them, the JSON record with
 the provenance, the timing method and the ceilings of this run (``data/fp8_bench_<gpu>.json``, the
@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from inkling_workbook import bench, provenance
+from inkling_workbook.measure import fp8_sweep, provenance, timing
 
 
 def main(argv: list[str]) -> int:
@@ -20,12 +20,12 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     csv_path = Path(argv[0])
-    bench.require_gpu()
+    timing.require_gpu()
     meta = provenance.collect(["tools/fp8_publish.py", *argv])
-    meta["clock_warmup"] = bench.warm_clocks()
-    meta["l2_bytes"] = bench.l2_bytes()
-    meta["timing"] = bench.timing_meta()
-    rows = bench.run_fp8(meta, csv_path)
+    meta["clock_warmup"] = timing.warm_clocks()
+    meta["l2_bytes"] = timing.l2_bytes()
+    meta["timing"] = timing.timing_meta()
+    rows = fp8_sweep.run_fp8(meta, csv_path)
     print(f"wrote {csv_path} ({len(rows)} rows) and {provenance.companion(csv_path, 'meta')}")
     return 0
 

@@ -137,7 +137,7 @@ for name in pins:
 off = {k: (pins[k], have[k]) for k in pins if have[k] is None or have[k].split("+")[0] != pins[k]}
 print("stack: as constraints.txt" if not off else f"stack differs from constraints.txt (pinned, here): {off}")
 PYEOF
-GPU=$($PY -c "from inkling_workbook import provenance; print(provenance.device_slug())")
+GPU=$($PY -c "from inkling_workbook.measure import provenance; print(provenance.device_slug())")
 START=$SECONDS
 
 # pack: the records and notebooks written so far, into the tarball (rewritten after every phase)

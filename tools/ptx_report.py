@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from inkling_kernels import silu_and_mul
-from inkling_workbook import provenance
-from inkling_workbook.helion_original import silu_and_mul_helion
+from inkling_workbook.measure import provenance
+from inkling_workbook.ports.silu_and_mul.helion_original import silu_and_mul_helion
 from portcheck.code import opcode_mix
 
 CASE = {"M": 384, "N": 1024, "interleaved": True, "weighted": True}

@@ -28,7 +28,10 @@ README = ROOT / "docs" / "results.md"  # the document holding the reliability ta
 LOGS = [
     ("gpu_job_h200_403c0ab_smoke.log", "the GPU job's checks, call 3: timing tests, measurement smoke, notebook 06"),
     ("gpu_job_h200_403c0ab_sanitize.log", "the GPU job's checks, call 2: sanitizers over the whole kernel test files"),
-    ("gpu_job_h200_ae739eb_call1.log", "the GPU job's checks, call 1: tests, bitwise, fusion (one failure: the job's own race)"),
+    (
+        "gpu_job_h200_ae739eb_call1.log",
+        "the GPU job's checks, call 1: tests, bitwise, fusion (one failure: its own race)",
+    ),
     ("gpu_job_h200_e8e64d1_tests.log", "the GPU job, tests and sanitizers after experiment AF (scale store, loads)"),
     ("gpu_job_h200_08c814b_tests.log", "the GPU job, tests and sanitizers after the shorter sigmoid (AC)"),
     ("gpu_job_h200_526be54_tests.log", "the GPU job, tests and sanitizers after the packed work-list lookup"),

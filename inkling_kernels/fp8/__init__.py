@@ -28,7 +28,7 @@ exhaustively on the GPU by ``e4m3_paths_mismatches``): on sm_89+ GPUs the hardwa
 saturate, unlike the GPU's ``cvt.rn.satfinite``, and the integer version costs ~15 instructions
 an element, which at M = 49152 made the kernel instruction-bound on the H200.
 
-The exhaustive GPU checks named here (``*_mismatches``) live in :mod:`inkling_workbook.fp8_proofs`.
+The exhaustive GPU checks named here (``*_mismatches``) live in :mod:`inkling_workbook.proofs.fp8_proofs`.
 
 The package reads in the order a call takes, one module per op over the modules both share:
 

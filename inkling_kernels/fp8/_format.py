@@ -2,7 +2,7 @@
 (:mod:`._kernel`) calls them: the bf16 rounding on the bits, the warp-wide group maximum, the group
 scale and its reciprocal, the division by the scale, the rounding to e4m3 (hardware and integer).
 Why each is exact is said where it is defined; the exhaustive GPU checks live in
-``inkling_workbook.fp8_proofs``."""
+``inkling_workbook.proofs.fp8_proofs``."""
 
 from __future__ import annotations
 

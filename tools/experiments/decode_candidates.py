@@ -158,7 +158,7 @@ def tile_of(v: Variant, M: int, N: int, interleaved: bool) -> tuple[int, int, in
         c = launch_config(M, N)
         return c.BLOCK_M, c.BLOCK_N, c.num_warps
     if v.tile == "sglang":
-        from inkling_workbook.decode_baselines import sglang_config
+        from inkling_workbook.measure.decode_baselines import sglang_config
 
         c = sglang_config(N, interleaved)
         return c.BLOCK_M, c.BLOCK_N, c.num_warps
@@ -261,7 +261,7 @@ def ptx_report() -> dict:
     """The port's kernel, the variant with each wait position, and the sglang-config baseline,
     compiled for sm_90 at M=1 N=768 gate||up and M=1 N=768 interleaved, PDL on."""
     from inkling_kernels.silu_and_mul import silu_and_mul_interleaved_kernel, silu_and_mul_non_interleaved_kernel
-    from inkling_workbook.decode_baselines import _sglang_config_kernel, sglang_config
+    from inkling_workbook.measure.decode_baselines import _sglang_config_kernel, sglang_config
 
     ptrs = {"gateup_ptr": "*bf16", "weight_ptr": "*bf16", "out_ptr": "*bf16"}
     report = {}
@@ -320,14 +320,14 @@ def _label(M, N, il, wt):
 def time_gpu(out_dir: Path, budget_s: float = 210.0) -> Path:
     from tqdm.auto import tqdm
 
-    from inkling_workbook import bench, provenance
-    from inkling_workbook.decode_baselines import empty_pdl_call, silu_and_mul_sglang_config
+    from inkling_workbook.measure import bench, provenance, timing
+    from inkling_workbook.measure.decode_baselines import empty_pdl_call, silu_and_mul_sglang_config
 
-    bench.require_gpu()
+    timing.require_gpu()
     t0 = time.perf_counter()
     meta = provenance.collect()
-    meta["clock_warmup"] = bench.warm_clocks()
-    meta["timing"] = {**bench.timing_meta(), "passes": bench.DECODE_PASSES, "l2": "warm"}
+    meta["clock_warmup"] = timing.warm_clocks()
+    meta["timing"] = {**timing.timing_meta(), "passes": timing.DECODE_PASSES, "l2": "warm"}
     meta["candidates"] = {k: vars(v) for k, v in CANDIDATES.items()}
     meta["switches"] = __doc__.split("\n\n")[1]
     try:  # where this machine's Triton and ptxas put the wait and the trigger (compile only, ~5 s)
@@ -357,14 +357,14 @@ def time_gpu(out_dir: Path, budget_s: float = 210.0) -> Path:
         calls["empty_pdl"] = lambda: empty_pdl_call(e)
         for name, v in cands.items():
             calls[name] = lambda v=v, x=x, w=w: run_variant(v, x, w, il, True)
-        timings = bench.time_calls(calls, bench.DECODE_PASSES)
+        timings = timing.time_calls(calls, timing.DECODE_PASSES)
         ranked = sorted(cands, key=lambda k: timings[k].median_us)[:TOP_NO_PDL]
         off = {"package": lambda x=x, w=w: silu_and_mul(x, w, interleaved=il, enable_pdl=False)}
         for name in ranked:
             off[f"{name}__nopdl"] = lambda v=CANDIDATES[name], x=x, w=w: run_variant(v, x, w, il, False)
             got = run_variant(CANDIDATES[name], x, w, il, False, out=torch.full_like(want, float("nan")))
             bits[f"{name}__nopdl"] = bool(torch.equal(got.view(torch.int16), want.view(torch.int16)))
-        timings |= bench.time_calls(off, bench.DECODE_PASSES)
+        timings |= timing.time_calls(off, timing.DECODE_PASSES)
         floor, port = timings["empty_pdl"].median_us, timings["package_pdl"]
         for name, t in timings.items():
             base = name.removesuffix("__nopdl")
@@ -382,7 +382,7 @@ def time_gpu(out_dir: Path, budget_s: float = 210.0) -> Path:
                     "pass_medians_us": " ".join(f"{p:.4f}" for p in per_pass),
                     "above_empty_pdl_us": round(t.median_us - floor, 4),
                     "vs_package_pdl": round(port.median_us / t.median_us, 4),
-                    "ties_package_pdl": bench.ties(t.lo_us, t.hi_us, port.lo_us, port.hi_us),
+                    "ties_package_pdl": timing.ties(t.lo_us, t.hi_us, port.lo_us, port.hi_us),
                     "bits_equal_package": bits.get(name, bits.get(base, "")),
                 }
             )  # fmt: skip
@@ -392,7 +392,7 @@ def time_gpu(out_dir: Path, budget_s: float = 210.0) -> Path:
     meta["seconds"] = round(time.perf_counter() - t0, 1)
     meta["gpu_state_after"] = provenance.gpu_state()
     path = Path(out_dir) / "data" / "experiments" / f"decode_candidates_{provenance.device_slug()}.csv"
-    bench.write_csv(rows, path)
+    timing.write_csv(rows, path)
     provenance.write_record(path.with_suffix(".json"), json.dumps(meta, indent=1) + "\n")
     _print_table(rows)
     print(f"wrote {path} and {path.with_suffix('.json')} in {meta['seconds']} s; bits equal: {meta['bits_equal_all']}")

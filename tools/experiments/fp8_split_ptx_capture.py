@@ -19,7 +19,7 @@ from triton.compiler import ASTSource
 
 import inkling_kernels as ik
 from inkling_kernels import _backend
-from inkling_workbook import fp_fusion
+from inkling_workbook.proofs import fp_fusion
 
 try:
     L = importlib.import_module("inkling_kernels.fp8._launch")

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from inkling_workbook import bench, provenance
-from inkling_workbook import moe_layer as ml
+from inkling_workbook.measure import provenance, timing
+from inkling_workbook.moe import layer as ml
 
 CAPTURES = 3
 
@@ -31,7 +31,7 @@ def main() -> int:
     p.add_argument("out")
     p.add_argument("--ms", default="16,256")
     args = p.parse_args()
-    bench.require_gpu()
+    timing.require_gpu()
     layer = ml.make_layer(**ml.GPU_SHAPE, device="cuda", seed=0)
     doc = {"provenance": provenance.collect(), "shape": ml.GPU_SHAPE, "captures": CAPTURES, "rows": []}
     fused = ml.silu_and_mul_fp8_group_quant
@@ -51,10 +51,10 @@ def main() -> int:
                             ids_, w_ = ml.route(x, layer)
                             return ml.experts(x, ids_, w_, layer, plan, layout, v)
 
-                        timers[f"{name}#{c}"] = bench.GraphTimer([call])
+                        timers[f"{name}#{c}"] = timing.GraphTimer([call])
                 finally:
                     ml.silu_and_mul_fp8_group_quant = fused
-            t = bench.time_interleaved(timers, 5)
+            t = timing.time_interleaved(timers, 5)
             for key, tm in t.items():
                 name, c = key.split("#")
                 doc["rows"].append({"M": M, "layout": layout, "variant": name, "capture": int(c), **tm.columns(0, 3)})

@@ -1,0 +1,8 @@
+"""The workbook's two ports of helion kernels to plain Triton, one folder each: the helion
+original(s), the port's steps, the portcheck cases and the port's own records.
+
+* :mod:`.silu_and_mul`: the first port (notebooks 02-04); the port itself is the library's
+  :func:`inkling_kernels.silu_and_mul`.
+* :mod:`.silu_mul_fp8`: the second port, vLLM's helion ``silu_mul_fp8`` (notebook 09); the port
+  lives here, in :mod:`.silu_mul_fp8.port`.
+"""
