@@ -42,6 +42,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import datetime
+import fcntl
 import functools
 import hashlib
 import importlib.util
@@ -67,8 +68,7 @@ ANCHORS: dict[str, dict] = {
         "wheel": "sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl",
         "sha256": "00b3cd5b265ac76c64185fbb6b95424f324ddd9f428d0306b77bc9db9d859937",
         # the tags the pinned wheel carries, so pip finds it whatever the Python running pip
-        "pip_target": ("--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
-                       "--platform", "manylinux_2_34_x86_64"),  # fmt: skip
+        "pip_target": "--python-version 3.11 --implementation cp --abi cp311 --platform manylinux_2_34_x86_64",
         "members": (
             "sglang/kernels/ops/moe/inkling_moe.py",
             "sglang/kernels/ops/moe/ep_moe_kernels.py",
@@ -79,8 +79,7 @@ ANCHORS: dict[str, dict] = {
         "version": "0.34.0",
         "wheel": "vllm-0.34.0-cp38-abi3-manylinux_2_28_x86_64.whl",
         "sha256": "79ca4b3cd74aec08c4bf476bdf0cb15735b605ae5368526a2faae1e30f044ca2",
-        "pip_target": ("--python-version", "3.12", "--implementation", "cp", "--abi", "abi3",
-                       "--platform", "manylinux_2_28_x86_64"),  # fmt: skip
+        "pip_target": "--python-version 3.12 --implementation cp --abi abi3 --platform manylinux_2_28_x86_64",
         "members": (
             "vllm/model_executor/layers/quantization/utils/fp8_utils.py",
             "vllm/model_executor/layers/fused_moe/experts/batched_deep_gemm_moe.py",
@@ -136,7 +135,7 @@ def _download(dist: str, dest: Path, find_links: str | None) -> Path:
     pin = ANCHORS[dist]
     wheel = dest / pin["wheel"]
     if not (wheel.is_file() and _sha256(wheel) == pin["sha256"]):
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", *pin["pip_target"],
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", *pin["pip_target"].split(),
                "-d", str(dest), f"{dist}=={pin['version']}"]  # fmt: skip
         if find_links:
             cmd[4:4] = ["--find-links", find_links]
@@ -157,6 +156,12 @@ def fetch(dists=tuple(ANCHORS), root: Path | None = None, find_links: str | None
     Returns ``{dist: manifest}``."""
     root = Path(root or anchors_dir())
     root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one fetch at a time (pytest-xdist workers, make -j)
+        return _fetch_locked(dists, root, find_links, keep_wheels)
+
+
+def _fetch_locked(dists, root: Path, find_links, keep_wheels) -> dict:
     out = {}
     for dist in dists:
         if dist not in ANCHORS:
@@ -193,14 +198,9 @@ def fetch(dists=tuple(ANCHORS), root: Path | None = None, find_links: str | None
             }
             (stage / MANIFEST).write_text(json.dumps(m, indent=1) + "\n")
             final = dist_dir(dist, root)
-            if final.exists():
+            if final.exists():  # a stale or changed copy (the manifest did not match)
                 shutil.rmtree(final)
-            try:
-                os.replace(stage, final)
-            except OSError:  # another process finished first: keep its copy if it is good
-                shutil.rmtree(stage, ignore_errors=True)
-                if manifest(dist, root) is None:
-                    raise
+            os.replace(stage, final)
         out[dist] = manifest(dist, root)
     return out
 
@@ -313,12 +313,14 @@ def _exec_functions(name: str, path: Path, text: str, functions: tuple[str, ...]
 
 
 def _triton_namespace() -> dict:
+    import typing
+
     import triton
     import triton.language as tl
 
-    from typing import Optional, Tuple  # noqa: UP035  (the fetched annotations name them)
-
-    return {"torch": torch, "triton": triton, "tl": tl, "Optional": Optional, "Tuple": Tuple}
+    # the fetched annotations name typing.Optional and typing.Tuple (evaluated when defined)
+    return {"torch": torch, "triton": triton, "tl": tl, "Optional": vars(typing)["Optional"],
+            "Tuple": vars(typing)["Tuple"]}  # fmt: skip
 
 
 #: Stand-ins of ``fp8_kernel.py``'s module globals that ``_per_token_group_quant_8bit_raw`` reads
@@ -535,8 +537,8 @@ def main(argv=None) -> int:
     for dist, m in fetch(args.dists, root, args.find_links, args.keep_wheels).items():
         d = dist_dir(dist, root)
         size = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
-        print(f"{dist}=={m['version']}: {m['wheel']} ({m['wheel_bytes'] / 1e6:.1f} MB, sha256 {m['wheel_sha256'][:12]}...)"
-              f" -> {d} ({len(m['files'])} files, {size / 1e3:.0f} kB)")  # fmt: skip
+        wheel = f"{m['wheel']} ({m['wheel_bytes'] / 1e6:.1f} MB, sha256 {m['wheel_sha256'][:12]}...)"
+        print(f"{dist}=={m['version']}: {wheel} -> {d} ({len(m['files'])} files, {size / 1e3:.0f} kB)")
     return 0
 
 
