@@ -96,15 +96,19 @@ SILU_M = (1, 3, 16, 130)
 SILU_N = (64, 768, 1536)
 
 
+SILU_CASES = [(N, w) for N in SILU_N for w in (None, "fp32", "same") if not (w == "same" and N == 1536)]
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("weights", [None, "fp32", "same"])
 @pytest.mark.parametrize("interleaved", [True, False], ids=["inter", "gate_up"])
-@pytest.mark.parametrize("N", SILU_N)
-def test_sglang_silu_and_mul_bitwise(fetched, N, interleaved, weights, dtype):
+@pytest.mark.parametrize("N,weights", SILU_CASES)
+def test_sglang_silu_and_mul_bitwise(fetched, N, weights, interleaved, dtype):
     """sglang 0.5.23 ``silu_and_mul`` (GB300 heuristic, no PDL) == ``inkling_kernels.silu_and_mul``
-    on raw bits, for every M of ``SILU_M`` (fresh random data each)."""
+    on raw bits, for every M of ``SILU_M`` (fresh random data each). Weights in fp32, or in the
+    activation dtype ("same"; not at N = 1536). M = 130 (our mid-size launch configuration; rows
+    cost the interpreter most) with fp32 weights only."""
     gen = torch.Generator().manual_seed(zlib.crc32(repr((N, interleaved, weights, dtype)).encode()))
-    for M in SILU_M:
+    for M in SILU_M if weights == "fp32" else SILU_M[:-1]:
         x = _rand((M, 2 * N), dtype, gen)
         w = None
         if weights is not None:
