@@ -122,7 +122,7 @@ def test_sglang_silu_and_mul_bitwise(fetched, N, weights, interleaved, dtype):
 @gpu_only
 @pytest.mark.parametrize("M", [1, 16, 130, 4097])
 @pytest.mark.parametrize("N", [768, 1536, 2880])
-def test_sglang_silu_and_mul_triton_bitwise_gpu(M, N):
+def test_sglang_silu_and_mul_triton_bitwise_gpu(fetched, M, N):
     """sglang 0.5.23 ``silu_and_mul_triton`` (persistent grid, PDL on sm_90+; CUDA only) computes
     ``(g * sigmoid(g)) * u [* w]`` in fp32 with one rounding at the store, our operation order:
     expected bitwise equal to ours (with and without our PDL)."""
@@ -254,7 +254,7 @@ def _silu_double_rounded(gateup: torch.Tensor) -> torch.Tensor:
     return (u.float() * silu.float()).to(dt)  # exact fp32 product of two 8/11-bit mantissas, one rounding
 
 
-def _fused_bounds(q, s, q_ours, s_ours, y_theirs, y_ours, group):
+def _fused_bounds(q, s, q_ours, s_ours, y_theirs, y_ours, group, extra_ulps=0):
     """How a fused anchor's output relates to ours: activations at most two ulps of the input
     dtype apart (the double rounding: on these data bf16 0/1 ulp, 28% of them 1; fp16 27% 1
     ulp, about 1 in 8000 2 ulps); scales at most as far apart relatively (2 ulps: ``2 * 2**-7``
@@ -262,16 +262,18 @@ def _fused_bounds(q, s, q_ours, s_ours, y_theirs, y_ours, group):
     by those ulps, or not); each side's dequantized value within e4m3's rounding of its
     activation (relative ``2**-4`` for normal codes, absolute ``2**-10 * s`` for subnormal ones),
     so the two within the sum of both and the activations' own difference. Returns the fraction
-    of codes that differ from ours."""
+    of codes that differ from ours. ``extra_ulps``: how far (in ulps of the input dtype) the
+    anchor's own activation may be from ``y_theirs`` (compiled: its approximate ``exp``)."""
     assert int(R.ulp_distance(y_theirs, y_ours).max()) <= 2
     rel = ((s.float() - s_ours.float()).abs() / s_ours.float()).max()
-    assert float(rel) <= 2 * (2**-7 if y_ours.dtype == torch.bfloat16 else 2**-10) + 2**-22
+    ulp = 2**-7 if y_ours.dtype == torch.bfloat16 else 2**-10
+    assert float(rel) <= (2 + extra_ulps) * ulp + 2**-22
     d_theirs = R.fp8_group_dequant_ref(q, s.contiguous(), group)
     d_ours = R.fp8_group_dequant_ref(q_ours, s_ours.contiguous(), group)
     yt, yo = y_theirs.float(), y_ours.float()
     st = s.float().repeat_interleave(group, -1)
     so = s_ours.float().repeat_interleave(group, -1)
-    bound = 2**-4 * (yt.abs() + yo.abs()) + 2**-10 * (st + so) + (yt - yo).abs()
+    bound = 2**-4 * (yt.abs() + yo.abs()) + 2**-10 * (st + so) + (yt - yo).abs() + extra_ulps * ulp * yt.abs()
     assert bool(((d_theirs - d_ours).abs() <= bound * (1 + 2**-20)).all())
     return float((_bits(q) != _bits(q_ours)).float().mean())
 
@@ -333,23 +335,25 @@ def test_vllm_silu_mul_fp8_colmajor_formula(fetched, dtype):
 
 @gpu_only
 @pytest.mark.parametrize("M", [1, 16, 128, 4096])
-def test_fp8_anchors_close_to_ours_gpu(M):
+def test_fp8_anchors_close_to_ours_gpu(fetched, M):
     """Compiled, the anchors' ``/`` and ``exp`` are approximate: no formula statement, but the
-    bounds of :func:`_fused_bounds` (fused) and one e4m3 step (plain) against ours."""
+    bounds of :func:`_fused_bounds` (fused, one more ulp of slack for their ``exp``) and one e4m3
+    step (plain; scales within 2 fp32 ulps: ``div.full.f32`` is within 2 ulps of IEEE) against ours."""
     gen = torch.Generator().manual_seed(M)
     N = 1536
     x = _rand((M, N), torch.bfloat16, gen, scale=3.0)
     q_ours, s_ours = ik.fp8_group_quant(x, 128)
     for fn in (A.sglang_fp8_group_quant, A.vllm_fp8_group_quant):
         q, s = fn(x, 128)
-        assert int(R.ulp_distance(s.contiguous(), s_ours).max()) <= 1
+        assert int(R.ulp_distance(s.contiguous(), s_ours).max()) <= 2
         assert int(_code_steps(q, q_ours).max()) <= 1
     g = _rand((M, 2 * N), torch.bfloat16, gen)
     q_ours, s_ours = ik.silu_and_mul_fp8_group_quant(g, interleaved=False)
     y_ours = ik.silu_and_mul(g, interleaved=False)
     if M % 128 == 0:
         q, s = A.vllm_silu_mul_fp8_colmajor(g, 128)
-        _fused_bounds(q.cpu(), s.cpu(), q_ours.cpu(), s_ours.cpu(), _silu_double_rounded(g), y_ours.cpu(), 128)
+        _fused_bounds(q.cpu(), s.cpu(), q_ours.cpu(), s_ours.cpu(), _silu_double_rounded(g), y_ours.cpu(), 128, 1)
     mm = torch.tensor([M], dtype=torch.int32, device=DEV)
     q, s = A.sglang_silu_and_mul_fp8_masked(g[None], mm, 128)
-    _fused_bounds(q[0].cpu(), s[0].cpu(), q_ours.cpu(), s_ours.cpu(), _silu_double_rounded(g), y_ours.cpu(), 128)
+    y = _silu_double_rounded(g)
+    _fused_bounds(q[0].cpu(), s[0].cpu(), q_ours.cpu(), s_ours.cpu(), y, y_ours.cpu(), 128, 1)
