@@ -139,7 +139,10 @@ def _download(dist: str, dest: Path, find_links: str | None) -> Path:
                "-d", str(dest), f"{dist}=={pin['version']}"]  # fmt: skip
         if find_links:
             cmd[4:4] = ["--find-links", find_links]
-        subprocess.run(cmd, check=True)
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode:
+            tail = " | ".join(line for line in done.stderr.strip().splitlines()[-2:])
+            raise RuntimeError(f"pip download {dist}=={pin['version']} failed (no package index reachable?): {tail}")
     if not wheel.is_file():
         raise RuntimeError(f"pip did not download {pin['wheel']} into {dest}")
     digest = _sha256(wheel)
