@@ -10,8 +10,8 @@ index, pinned here (:data:`ANCHORS`) and nowhere else:
   (the Triton per-token-group FP8 quantizer ``_per_token_group_quant_8bit_raw``).
 * ``vllm==0.34.0``: ``vllm/model_executor/layers/quantization/utils/fp8_utils.py``
   (``per_token_group_quant_fp8``'s Triton path, ``silu_mul_per_token_group_quant_fp8_colmajor``)
-  and ``vllm/model_executor/layers/fused_moe/experts/batched_deep_gemm_moe.py`` (kept for the
-  masked kernel; not loaded yet).
+  and ``vllm/model_executor/layers/fused_moe/experts/batched_deep_gemm_moe.py``
+  (``persistent_masked_m_silu_mul_quant``'s Triton path).
 
 :func:`fetch` runs ``pip download --no-deps`` for each pinned wheel, checks its sha256 against
 the pin, extracts only :data:`ANCHORS`' member files into ``.anchors/<dist>-<version>/`` (an
@@ -42,6 +42,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import datetime
+import enum
 import fcntl
 import functools
 import hashlib
@@ -423,6 +424,52 @@ def load_vllm_fp8_utils(root: Path | None = None) -> types.ModuleType:
     )
 
 
+class _DeepGemmQuantScaleFMT(enum.Enum):
+    """Stand-in for ``vllm.utils.deep_gemm.DeepGemmQuantScaleFMT``: the same members and values
+    (its oracle class methods, which probe the GPU, are left out)."""
+
+    FLOAT32 = 0
+    FLOAT32_CEIL_UE8M0 = 1
+    UE8M0 = 2
+
+
+class _VllmMaskedPlatformStandin(_VllmPlatformStandin):
+    """``current_platform`` for ``persistent_masked_m_silu_mul_quant``: ``is_cuda()`` says
+    ``False``, which routes it to its Triton kernel ``_silu_mul_fp8_quant_deep_gemm`` (on CUDA
+    sm_80+ vllm runs its C++ op ``torch.ops._C.persistent_masked_m_silu_mul_quant`` instead)."""
+
+    @staticmethod
+    def is_cuda():
+        return False
+
+    @staticmethod
+    def has_device_capability(capability):
+        return False
+
+
+#: The names ``persistent_masked_m_silu_mul_quant`` and ``scales_shape_stride_dtype`` read from
+#: their module (``cdiv`` and ``round_up`` as ``vllm.utils.math_utils`` defines them).
+VLLM_MASKED_STANDINS = {
+    "current_platform": _VllmMaskedPlatformStandin(),
+    "get_fp8_min_max": _vllm_get_fp8_min_max,
+    "DeepGemmQuantScaleFMT": _DeepGemmQuantScaleFMT,
+    "cdiv": lambda a, b: -(a // -b),
+    "round_up": lambda x, y: ((x + y - 1) // y) * y,
+}
+
+
+@functools.cache
+def load_vllm_batched_deep_gemm(root: Path | None = None) -> types.ModuleType:
+    """vllm 0.34.0's masked silu*mul + FP8 group quant from ``batched_deep_gemm_moe.py``:
+    ``persistent_masked_m_silu_mul_quant`` (its Triton path), ``scales_shape_stride_dtype`` and
+    the kernel ``_silu_mul_fp8_quant_deep_gemm``, with :data:`VLLM_MASKED_STANDINS`."""
+    path, text = _source("vllm", "vllm/model_executor/layers/fused_moe/experts/batched_deep_gemm_moe.py", root)
+    fns = ("scales_shape_stride_dtype", "_silu_mul_fp8_quant_deep_gemm", "persistent_masked_m_silu_mul_quant")
+    return _exec_functions(
+        "_inkling_anchor_vllm_batched_deep_gemm", path, text, fns, {**_triton_namespace(), **VLLM_MASKED_STANDINS}
+    )
+
+
 # ---- the callables, next to ours --------------------------------------------------------------
 
 
@@ -505,6 +552,16 @@ def vllm_silu_mul_fp8_colmajor(gateup, group_size=128, *, scale_ue8m0=False):
         return mod.silu_mul_per_token_group_quant_fp8_colmajor(gateup, use_ue8m0=scale_ue8m0, group_size=group_size)
 
 
+def vllm_silu_mul_fp8_masked(gateup, masked_m, group_size=128, *, scale_ue8m0=False):
+    """vllm 0.34.0 ``persistent_masked_m_silu_mul_quant``, its Triton path: ``gateup[E, T, 2N]``
+    gate||up, group 128, fp32 scales ``[E, T, G]`` with strides ``(T * G, 1, T)`` (zeroed first;
+    ``FLOAT32_CEIL_UE8M0`` with ``scale_ue8m0``); rows ``t >= masked_m[e]`` of q unwritten."""
+    mod = load_vllm_batched_deep_gemm()
+    fmt = _DeepGemmQuantScaleFMT.FLOAT32_CEIL_UE8M0 if scale_ue8m0 else _DeepGemmQuantScaleFMT.FLOAT32
+    with _cpu_mode_for(gateup):
+        return mod.persistent_masked_m_silu_mul_quant(gateup, masked_m, group_size=group_size, quant_scale_fmt=fmt)
+
+
 def anchors() -> list[Anchor]:
     """Every anchor, labelled with project, version, function and configuration."""
     sv, vv = ANCHORS["sglang"]["version"], ANCHORS["vllm"]["version"]
@@ -524,6 +581,9 @@ def anchors() -> list[Anchor]:
         Anchor("vllm_silu_mul_fp8_colmajor",
                f"vllm {vv} silu_mul_per_token_group_quant_fp8_colmajor (Triton, gate||up, column-major scales)",
                "silu_and_mul_fp8_group_quant", vllm_silu_mul_fp8_colmajor),
+        Anchor("vllm_silu_mul_fp8_masked",
+               f"vllm {vv} persistent_masked_m_silu_mul_quant (Triton path, gate||up, column-major fp32 scales)",
+               "silu_and_mul_fp8_group_quant_masked", vllm_silu_mul_fp8_masked),
     ]  # fmt: skip
 
 
