@@ -18,7 +18,7 @@ LAB_ARGS ?=
 LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 STACK = -c "import sys, torch, triton; print('stack:', 'python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
 
-.PHONY: run test test-pinned lint unit nbval lab figures results wheels gpu-job publish reliability clean
+.PHONY: run test test-pinned lint unit nbval lab figures results wheels anchors gpu-job publish reliability clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -37,7 +37,7 @@ run: $(STAMP)
 	$(BIN)/python tools/run_notebooks.py --out build/notebooks $(NOTEBOOKS)
 
 ## make test: lint, unit tests, then nbval over notebooks/ (CPU: Triton interpreter; GPU: compiled)
-test: $(STAMP) lint unit nbval
+test: $(STAMP) lint anchors unit nbval
 
 ## make test-pinned: the kernel tests again under the published stack (constraints.txt: triton
 ## 3.6.0, helion 1.4.0; CI runs it after make test), with torch's CPU build 2.13.0: PyPI serves
@@ -91,6 +91,12 @@ wheels:
 	$(PY) -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 	  --platform manylinux1_x86_64 -d .whl -r tools/gpu_wheels.txt
+
+## make anchors: fetch the baselines of other projects by name and version (sglang 0.5.23, vllm
+## 0.34.0: pip download --no-deps, ~39 + ~239 MB, a few seconds) and extract only their kernel files
+## into .anchors/ (ignored, ~300 kB with manifests; docs/anchors.md); skipped when already there
+anchors: $(STAMP)
+	$(BIN)/python tools/fetch_anchors.py
 
 ## make gpu-job (GPU only): the GPU job (tests, bitwise, fusion, measurement smoke, sanitizers, notebooks)
 gpu-job: $(STAMP)
