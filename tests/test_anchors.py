@@ -1,4 +1,4 @@
-"""The real anchors (sglang 0.5.23, vllm 0.34.0; :mod:`inkling_workbook.anchors`) against our kernels.
+"""The real anchors (sglang 0.5.23, vllm 0.34.0; :mod:`inkling_workbook.measure.anchors`) against our kernels.
 
 On the CPU every kernel runs in Triton's interpreter with the GPU-faithful repairs (ours through
 ``inkling_kernels._backend``, the anchors through ``portcheck.interpret.cpu_mode``; the two
@@ -22,7 +22,7 @@ from conftest import HAS_CUDA, gpu_only
 
 import inkling_kernels as ik
 from inkling_kernels import reference as R
-from inkling_workbook import anchors as A
+from inkling_workbook.measure import anchors as A
 
 E4M3 = torch.float8_e4m3fn
 DEV = torch.device("cuda" if HAS_CUDA else "cpu")

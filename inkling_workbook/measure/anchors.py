@@ -61,6 +61,8 @@ from pathlib import Path
 
 import torch
 
+from inkling_workbook.measure import provenance
+
 # ---- the pins: the one place the anchors' versions are named ----------------------------------
 
 ANCHORS: dict[str, dict] = {
@@ -93,7 +95,7 @@ MANIFEST = "manifest.json"
 def anchors_dir() -> Path:
     """``$INKLING_ANCHORS``, or ``.anchors/`` at the repository root (ignored by git)."""
     env = os.environ.get("INKLING_ANCHORS")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / ".anchors"
+    return Path(env) if env else provenance.REPO_ROOT / ".anchors"
 
 
 def dist_dir(dist: str, root: Path | None = None) -> Path:
@@ -263,7 +265,7 @@ def _standin_modules(standins: dict[str, dict]):
     saved = {n: sys.modules.get(n) for n in names}
     try:
         for n in sorted(names):
-            mod = types.ModuleType(n, "inkling_workbook.anchors stand-in")
+            mod = types.ModuleType(n, "inkling_workbook.measure.anchors stand-in")
             mod.__path__ = []  # a package, so the submodule import resolves
             mod.__dict__.update(standins.get(n, {}))
             sys.modules[n] = mod
@@ -590,7 +592,7 @@ def anchors() -> list[Anchor]:
 def main(argv=None) -> int:
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m inkling_workbook.anchors", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m inkling_workbook.measure.anchors", description=__doc__.split("\n")[0])
     p.add_argument("dists", nargs="*", default=list(ANCHORS), help=f"which anchors (default: {' '.join(ANCHORS)})")
     p.add_argument("--root", type=Path, default=None, help="where to extract (default: .anchors/ or $INKLING_ANCHORS)")
     p.add_argument("--find-links", default=None, help="a folder of wheels pip may take the pinned wheels from")
