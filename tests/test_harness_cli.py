@@ -253,20 +253,22 @@ def test_readme_reliability_table_matches_its_record():
     spec.loader.exec_module(reliability)
     doc = json.loads((DATA / "reliability.json").read_text())
     assert reliability.main(["--check"]) == 0
-    # what the README claims of the GPU jobs it lists: their test suites and sanitizers were clean
-    # (failed steps are listed in the table by name, not asserted away)
+    # what the table says of the GPU jobs it lists agrees with their logs: a test suite or sanitizer
+    # that found anything is a failed step, named in the table's "failed" column (a failure is
+    # shown, never a clean count next to it)
     assert doc["gpu_jobs"], "no GPU job log recorded"
     for job in doc["gpu_jobs"]:
         counts = job["counts"]
         if "tests" in counts:
-            assert counts["tests"]["passed"] > 200 and counts["tests"]["failed"] == 0, job["log"]
+            assert counts["tests"]["passed"] > 200, job["log"]
+            assert counts["tests"]["failed"] == 0 or "tests" in job["steps_failed"], job["log"]
         for tool, key in (
             ("memcheck", "sanitizer_errors"),
             ("racecheck", "racecheck_hazards"),
             ("initcheck", "sanitizer_errors"),
         ):
             if tool in counts:
-                assert counts[tool][key] == 0, (job["log"], tool)
+                assert counts[tool][key] == 0 or tool in job["steps_failed"], (job["log"], tool)
         assert set(job["steps_failed"]) <= set(job["steps"]), job["log"]
 
 
