@@ -60,7 +60,8 @@
 # One call to a lent machine may run at most 10 minutes: run the GPU job as three calls at the
 # same commit, back to back on the warm machine: tests,bitwise,fusion; smoke,notebook06;
 # sanitize,notebooks. Wheels carried in .whl/ (`make wheels`: helion and the Jupyter packages,
-# cp312) are installed first, since such a machine may have no package index. A lent machine's
+# cp312) are installed first, since such a machine may have no package index; the other projects'
+# kernels the anchor tests and benchmarks load travel in .anchors/ (`make anchors`, about 300 kB). A lent machine's
 # copy of the tree may carry a stale .git: pass INKLING_GIT_COMMIT=<commit> so the records and
 # logs name the commit they ran at.
 set -uo pipefail
