@@ -11,8 +11,8 @@
 # copy of the checkout, so nothing that touches the checkout meanwhile can spoil it.
 #
 # STEPS, a comma list; `check` (the default) is the GPU job, `publish` the measurements:
-#   check      = tests,bitwise,fusion,smoke,notebook06,sanitize,notebooks
-#   publish    = bench,serving,decode,moe,silufp8
+#   check      = tests,bitwise,smoke,notebook06,sanitize,notebooks
+#   publish    = bench,serving,decode,moe,silufp8,fusion
 # The GPU job (`check`) is what an issue that changes code the GPU runs must pass at the commit
 # that resolves it. It verifies; it does not write the published timings. Those are the
 # `publish` steps, run at a commit whose kernels are the head's when numbers are republished:
@@ -26,8 +26,6 @@
 #   bitwise    port vs helion matrix through portcheck (336 cases, three comparisons each)
 #              -> data/bitwise_<gpu>.json; NVFP4 fused == unfused == reference
 #              -> data/nvfp4_bitwise_<gpu>.json; registers/PTX -> data/ptx_<gpu>.json
-#   fusion     every op's bits under TRITON_DEFAULT_FP_FUSION=0 and =1, helion and torch.compile
-#              beside them -> data/fp_fusion_<gpu>.json
 #   smoke      alone on the GPU: the timing-method tests (marked `timing`), then every measurement
 #              command on a small grid into a scratch folder that is not packed: serving, the port
 #              steps, the FP8 steps (each step checked against the kernel, then timed), the
@@ -38,7 +36,7 @@
 #   sanitize   compute-sanitizer memcheck over the kernel test files in four processes, then
 #              racecheck and initcheck
 #   notebooks  every notebook but 06 executed in place (the compiled path of every chapter)
-# The publish steps (each alone on the GPU):
+# The publish steps (the timings each alone on the GPU):
 #   bench      full benchmark sweep, warm and cold L2 -> data/bench_<gpu>.csv, .json,
 #              nvfp4_bench_<gpu>.csv, fp8_bench_<gpu>.csv, .json
 #   serving    the timing-method tests, the serving measurements (PDL in a decode chain, host
@@ -50,6 +48,9 @@
 #   moe        the MoE layer of notebook 08 -> data/moe_layer_<gpu>.csv, .json
 #   silufp8    the second port (notebook 09): portcheck over its GPU matrix and the steps in 12
 #              processes, then the timing sweep -> data/silu_mul_fp8_*_<gpu>.*
+#   fusion     every op's bits under TRITON_DEFAULT_FP_FUSION=0 and =1, helion and torch.compile
+#              beside them -> data/fp_fusion_<gpu>.json (the GPU job's
+#              tests check the package's bits under both settings; this step writes the record)
 #
 # Order: timings need the GPU to themselves, so phase 1 (smoke and the publish steps) runs alone.
 # Then up to five chains share the GPU (compiling is most of their time and the machine has 16
@@ -58,7 +59,7 @@
 # every phase, so a call stopped by its time limit still returns what the finished phases wrote.
 #
 # One call to a lent machine may run at most 10 minutes: run the GPU job as three calls at the
-# same commit, back to back on the warm machine: tests,bitwise,fusion; smoke,notebook06;
+# same commit, back to back on the warm machine: tests,bitwise; smoke,notebook06;
 # sanitize,notebooks. Wheels carried in .whl/ (`make wheels`: helion and the Jupyter packages,
 # cp312) are installed first, since such a machine may have no package index; the other projects'
 # kernels the anchor tests and benchmarks load travel in .anchors/ (`make anchors`, about 300 kB). A lent machine's
@@ -67,8 +68,8 @@
 set -uo pipefail
 OUT_DIR=${1:-${OUT:-build/gpu_job}}
 STEPS=${2:-check}
-STEPS=${STEPS//check/tests,bitwise,fusion,smoke,notebook06,sanitize,notebooks}
-STEPS=${STEPS//publish/bench,serving,decode,moe,silufp8}
+STEPS=${STEPS//check/tests,bitwise,smoke,notebook06,sanitize,notebooks}
+STEPS=${STEPS//publish/bench,serving,decode,moe,silufp8,fusion}
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 echo $$ >"$OUT_DIR/pid"
