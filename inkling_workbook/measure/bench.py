@@ -16,8 +16,9 @@ import triton
 from inkling_kernels.nvfp4 import nvfp4_quant, silu_and_mul_nvfp4_quant
 from inkling_kernels.reference import nvfp4_quant_ref, padded_blockscale_offsets, silu_and_mul_ref
 from inkling_kernels.silu_and_mul import LaunchConfig, launch_config, silu_and_mul
-from inkling_workbook.measure import provenance, timing
+from inkling_workbook.measure import anchors, pairing, provenance, timing
 from inkling_workbook.measure.fp8_sweep import run_fp8
+from inkling_workbook.measure.pairing import Column
 from inkling_workbook.measure.timing import (
     COLD_FACTOR,
     DECODE_MAX_M,
@@ -143,6 +144,32 @@ IMPLS = {
     "torch_eager": "torch eager silu_and_mul_ref (fp32 math, several kernels)",
 }
 BASELINES = ("helion_sm90", "helion_fixed", "compile_static", "compile_dynamic_m", "torch_eager")
+IMPLS.update({k: c.label for k, c in pairing.SILU_ANCHOR_COLUMNS.items()})
+#: the anchors, timed beside the others where fetched and where they support the shape
+ANCHOR_KEYS = tuple(pairing.SILU_ANCHOR_COLUMNS)
+
+
+def _torch_version() -> str:
+    return torch.__version__.split("+")[0]
+
+
+#: every column of the sweep as :mod:`~inkling_workbook.measure.pairing` reads it (the rule pairs
+#: the baselines with "triton_pdl" or "triton" by their PDL state)
+COLUMNS: dict[str, Column] = {
+    "triton": Column("triton", "inkling", "", "silu_and_mul", "the port, launch_config heuristic", False, "port"),
+    "triton_pdl": Column("triton_pdl", "inkling", "", "silu_and_mul", "the port, launch_config heuristic", True, "port"),
+    "helion_sm90": Column("helion_sm90", "helion", "1.4.0", "silu_and_mul original", "production sm_90 table",
+                          False, "baseline"),
+    "helion_fixed": Column("helion_fixed", "helion", "1.4.0", "silu_and_mul original", "fixed 1x256 tile, 4 warps",
+                           False, "baseline"),
+    "compile_static": Column("compile_static", "torch", _torch_version(), "torch.compile of silu_and_mul_ref",
+                             "dynamic=False", False, "baseline"),
+    "compile_dynamic_m": Column("compile_dynamic_m", "torch", _torch_version(), "torch.compile of silu_and_mul_ref",
+                                "M dynamic, compiled at M=8192", False, "baseline"),
+    "torch_eager": Column("torch_eager", "torch", _torch_version(), "silu_and_mul_ref", "eager, fp32 math", False,
+                          "baseline"),
+    **pairing.SILU_ANCHOR_COLUMNS,
+}  # fmt: skip
 
 
 DYNAMIC_M_COMPILE_AT = 8192
@@ -167,8 +194,39 @@ def _warm_dynamic_m(shape: Shape) -> None:
     _dynamic_warmed.add(key)
 
 
-def implementations(shape: Shape) -> dict[str, tuple[Callable, str]]:
-    """name -> (fn(x, w) -> out, the configuration in words for this shape)."""
+def anchor_implementations(shape: Shape, columns: dict[str, Column], device="cuda", skipped: dict | None = None):
+    """The anchors of ``columns`` that run ``shape``: name -> (fn(x, w) -> out, configuration);
+    each one that does not goes into ``skipped`` (name -> the reason), never silently."""
+    fns = {a.key: a.fn for a in anchors.anchors()}
+    il, out = shape.interleaved, {}
+    for key, col in columns.items():
+        if col.anchor is None:
+            continue
+        reason = pairing.anchor_available(col, interleaved=il, device=device)
+        if reason is not None:
+            if skipped is not None:
+                skipped[key] = reason
+            continue
+        fn = fns[col.anchor]
+        out[key] = (lambda x, w, fn=fn: fn(x, w, interleaved=il), col.label)
+    return out
+
+
+def check_anchor_bits(shape: Shape, impls: dict, x, w) -> dict[str, bool]:
+    """Each anchor of ``impls`` against the port on the timed inputs, before timing: raw bits equal
+    (the merged port writes ours bit for bit)."""
+    want = silu_and_mul(x, w, interleaved=shape.interleaved)
+    out = {}
+    for key in impls:
+        if key in ANCHOR_KEYS:
+            got = impls[key][0](x, w)
+            out[key] = got.shape == want.shape and torch.equal(got.view(torch.int16), want.view(torch.int16))
+    return out
+
+
+def implementations(shape: Shape, skipped: dict | None = None) -> dict[str, tuple[Callable, str]]:
+    """name -> (fn(x, w) -> out, the configuration in words for this shape). The anchors come last
+    (:func:`anchor_implementations`); those skipped on this shape go into ``skipped``."""
     il = shape.interleaved
     cfg = launch_config(shape.M, shape.N)
     tile = f"{cfg.BLOCK_M}x{cfg.BLOCK_N}/{cfg.num_warps}w"
@@ -201,6 +259,7 @@ def implementations(shape: Shape) -> dict[str, tuple[Callable, str]]:
 
     impls["compile_dynamic_m"] = (dyn, "torch.compile, M dynamic (compiled at M=8192)")
     impls["torch_eager"] = (lambda x, w: silu_and_mul_ref(x, w, interleaved=il), "eager, fp32 math")
+    impls.update(anchor_implementations(shape, COLUMNS, skipped=skipped))
     return impls
 
 
@@ -223,6 +282,7 @@ def _row(shape: Shape, name: str, config: str, mode: str, t: Timing, nbytes: int
         "weighted": shape.weighted,
         "impl": name,
         "config": config,
+        **pairing.row_fields(COLUMNS, name),
         "l2": mode,
         **t.columns(nbytes, 4),
         "fits_l2": nbytes <= l2_bytes(),
@@ -231,10 +291,14 @@ def _row(shape: Shape, name: str, config: str, mode: str, t: Timing, nbytes: int
 
 
 def bench_silu(
-    shape_list: list[Shape], cold: bool, ceiling_tbps: float, progress: bool = True, impl_filter=None
+    shape_list: list[Shape], cold: bool, ceiling_tbps: float, progress: bool = True, impl_filter=None,
+    skipped: list | None = None,
 ) -> list[dict]:
     """Warm L2 on every shape; cold L2 (``cold``) where :func:`cold_feasible`. Decode shapes get
-    :data:`DECODE_PASSES` interleaved passes, the others :data:`OTHER_PASSES`."""
+    :data:`DECODE_PASSES` interleaved passes, the others :data:`OTHER_PASSES`. The anchors are
+    checked for bits against the port on the first buffer set before timing
+    (``bits_equal_port``); an anchor skipped on a shape goes into ``skipped`` with its reason.
+    Baselines carry the speedup of the port paired with them by :mod:`pairing`'s rule."""
     from tqdm.auto import tqdm
 
     rows = []
@@ -244,15 +308,22 @@ def bench_silu(
         nbytes = silu_bytes(shape.M, shape.N, shape.weighted)
         modes = ["warm"] + (["cold"] if cold and cold_feasible(nbytes) else [])
         passes = DECODE_PASSES if shape.M <= DECODE_MAX_M else OTHER_PASSES
-        impls = {k: v for k, v in implementations(shape).items() if not impl_filter or k in impl_filter}
+        skip: dict[str, str] = {}
+        impls = {k: v for k, v in implementations(shape, skip).items() if not impl_filter or k in impl_filter}
+        if skipped is not None:
+            skipped += [{"shape": shape.label, "impl": k, "column": COLUMNS[k].label, "reason": r}
+                        for k, r in skip.items() if not impl_filter or k in impl_filter]  # fmt: skip
         for mode in modes:
             bufs = _buffers(shape, n_buffer_sets(nbytes, mode == "cold"))
+            bits = check_anchor_bits(shape, impls, *bufs[0])
             timings = time_calls(
                 {name: [lambda fn=fn, b=b: fn(*b) for b in bufs] for name, (fn, _) in impls.items()}, passes
             )
             clock = provenance.gpu_state().get("sm_clock_mhz")
             for name, t in timings.items():
-                rows.append({**_row(shape, name, impls[name][1], mode, t, nbytes, ceiling_tbps), "sm_clock_mhz": clock})
+                rows.append({**_row(shape, name, impls[name][1], mode, t, nbytes, ceiling_tbps), "sm_clock_mhz": clock,
+                             **pairing.speedup_fields(COLUMNS, name, timings),
+                             "bits_equal_port": bits.get(name, "")})  # fmt: skip
             del bufs
     return rows
 
@@ -487,6 +558,9 @@ def run(out: str | Path, quick: bool = False, cold: bool = False, tune: bool = T
     meta["cold_rotation"] = f">= {COLD_FACTOR} x L2 of input buffer sets between two uses of a set"
     meta["timing"] = timing_meta()
     meta["impls"] = IMPLS
+    meta["columns"] = pairing.describe(COLUMNS)
+    meta["anchors"] = {d: pairing.anchor_provenance(d) for d in anchors.ANCHORS}
+    meta["sglang_is_arch_support_pdl"] = anchors._is_arch_support_pdl()
     meta["empty_kernel"] = empty_kernel_us()
     meta["empty_kernel_us"] = meta["empty_kernel"]["median_us"]
     meta["ceiling_49152x768"] = stream_ceiling(49152 * 768)
@@ -495,7 +569,10 @@ def run(out: str | Path, quick: bool = False, cold: bool = False, tune: bool = T
     meta["ceiling_tbps_used_for_floors"] = ceiling
     meta["method"] = timing.__doc__.strip().split("\n\n", 1)[1]  # the method, as every record states it
     meta["method_check"] = method_check()
-    rows = bench_silu(shapes(quick), cold, ceiling)
+    skipped: list[dict] = []
+    rows = bench_silu(shapes(quick), cold, ceiling, skipped=skipped)
+    meta["anchor_skipped"] = skipped
+    meta["anchor_bits_equal_all"] = all(r["bits_equal_port"] for r in rows if r["impl"] in ANCHOR_KEYS)
     write_csv(rows, out)
     meta["nvfp4_impls"] = NVFP4_IMPLS
     nv = bench_nvfp4(ceiling, quick=quick)

@@ -37,7 +37,8 @@ import triton.language as tl
 from inkling_kernels import _backend
 from inkling_kernels._activation import _silu_mul
 from inkling_kernels.silu_and_mul import launch_config, silu_and_mul
-from inkling_workbook.measure import provenance, timing
+from inkling_workbook.measure import anchors, pairing, provenance, timing
+from inkling_workbook.measure.pairing import Column
 
 SGLANG_NAME = "sglang-config (ours)"
 
@@ -189,7 +190,21 @@ IMPLS = {
     "sglang_config": f"{SGLANG_NAME}, PDL off",
     "empty_pdl": "empty kernel (grid dependency wait + trigger), launched with PDL: the floor",
     "empty": "empty kernel, no PDL",
+    **{k: c.label for k, c in pairing.SILU_ANCHOR_COLUMNS.items()},
 }
+_SG = "silu_and_mul with sglang's published H200 configuration, our body"
+#: every column as :mod:`~inkling_workbook.measure.pairing` reads it: the baselines with PDL are
+#: paired with "port_pdl", those without with "port"
+COLUMNS: dict[str, Column] = {
+    "port_pdl": Column("port_pdl", "inkling", "", "silu_and_mul", "the port, launch_config heuristic", True, "port"),
+    "port": Column("port", "inkling", "", "silu_and_mul", "the port, launch_config heuristic", False, "port"),
+    "sglang_config_pdl": Column("sglang_config_pdl", "inkling", "", SGLANG_NAME, _SG, True, "baseline"),
+    "sglang_config": Column("sglang_config", "inkling", "", SGLANG_NAME, _SG, False, "baseline"),
+    "empty_pdl": Column("empty_pdl", "inkling", "", "empty kernel", "grid dependency wait + trigger: the floor",
+                        True, "floor"),
+    "empty": Column("empty", "inkling", "", "empty kernel", "the floor without PDL", False, "floor"),
+    **pairing.SILU_ANCHOR_COLUMNS,
+}  # fmt: skip
 
 
 def decode_shapes():
@@ -203,9 +218,14 @@ def decode_shapes():
     return out
 
 
-def _shape_calls(shape, x, w):
+def _shape_calls(shape, x, w, skipped: dict | None = None):
+    """name -> call of every column that runs ``shape`` (an anchor that does not goes into
+    ``skipped`` with its reason)."""
+    from inkling_workbook.measure import bench
+
     il = shape.interleaved
     e = torch.empty(1, device=x.device)
+    extra = bench.anchor_implementations(shape, COLUMNS, device=x.device, skipped=skipped)
     return {
         "port_pdl": lambda: silu_and_mul(x, w, interleaved=il, enable_pdl=True),
         "port": lambda: silu_and_mul(x, w, interleaved=il, enable_pdl=False),
@@ -213,6 +233,7 @@ def _shape_calls(shape, x, w):
         "sglang_config": lambda: silu_and_mul_sglang_config(x, w, interleaved=il, enable_pdl=False),
         "empty_pdl": lambda: empty_pdl_call(e),
         "empty": lambda: empty_call(e),
+        **{k: (lambda fn=fn: fn(x, w)) for k, (fn, _) in extra.items()},
     }
 
 
@@ -225,9 +246,15 @@ def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.view(torch.int16), b.view(torch.int16))
 
 
-def bench_decode(progress: bool = True, budget_s: float | None = None, skipped: list | None = None) -> list[dict]:
+def bench_decode(
+    progress: bool = True, budget_s: float | None = None, skipped: list | None = None,
+    anchor_skipped: list | None = None,
+) -> list[dict]:  # fmt: skip
     """Every shape of :func:`decode_shapes`; past ``budget_s`` seconds no new shape is started
-    (its label goes to ``skipped``)."""
+    (its label goes to ``skipped``). The anchors run beside the others where they support the
+    shape (else ``anchor_skipped`` gets the reason); every anchor's bits are compared with the
+    port's before timing, and each baseline carries the speedup of its paired port
+    (:mod:`pairing`)."""
     import time
 
     from tqdm.auto import tqdm
@@ -244,14 +271,21 @@ def bench_decode(progress: bool = True, budget_s: float | None = None, skipped: 
             continue
         it.set_postfix_str(shape.label)
         (x, w), nbytes = bench._buffers(shape, 1)[0], bench.silu_bytes(shape.M, shape.N, shape.weighted)
-        calls = _shape_calls(shape, x, w)
+        skip: dict[str, str] = {}
+        calls = _shape_calls(shape, x, w, skip)
+        if anchor_skipped is not None:
+            anchor_skipped += [{"shape": shape.label, "impl": k, "column": COLUMNS[k].label, "reason": r}
+                               for k, r in skip.items()]  # fmt: skip
         # bits on the timed inputs, outputs poisoned first
         ref = torch.full((shape.M, shape.N), float("nan"), dtype=x.dtype, device=x.device)
         got = torch.full_like(ref, float("nan"))
         silu_and_mul(x, w, interleaved=shape.interleaved, out=ref)
         silu_and_mul_sglang_config(x, w, interleaved=shape.interleaved, enable_pdl=True, out=got)
         torch.cuda.synchronize()
-        equal = _bits_equal(ref, got)
+        equal = {"sglang_config_pdl": _bits_equal(ref, got), "sglang_config": _bits_equal(ref, got)}
+        for key in calls:
+            if key in pairing.SILU_ANCHOR_COLUMNS:
+                equal[key] = _bits_equal(ref, calls[key]())
         passes = max(3, timing.DECODE_PASSES)
         timings = timing.time_calls(calls, passes)
         floor = timings["empty_pdl"]
@@ -263,6 +297,7 @@ def bench_decode(progress: bool = True, budget_s: float | None = None, skipped: 
             "sglang_config": f"{sg.label} ({sg.rule})",
             "empty_pdl": "1 program",
             "empty": "1 program",
+            **{k: c.config for k, c in pairing.SILU_ANCHOR_COLUMNS.items()},
         }
         clock = provenance.gpu_state().get("sm_clock_mhz")
         base = timings["sglang_config_pdl"]
@@ -277,13 +312,15 @@ def bench_decode(progress: bool = True, budget_s: float | None = None, skipped: 
                     "weighted": shape.weighted,
                     "impl": name,
                     "config": config[name],
+                    **pairing.row_fields(COLUMNS, name),
                     **t.columns(nbytes if not name.startswith("empty") else 0, 4),
                     "median_of_pass_medians_us": round(statistics.median(per_pass), 4),
                     "pass_medians_us": " ".join(f"{p:.4f}" for p in per_pass),
                     "above_empty_pdl_us": round(t.median_us - floor.median_us, 4),
                     "vs_sglang_config_pdl": round(base.median_us / t.median_us, 4),
                     "ties_sglang_config_pdl": timing.ties(t.lo_us, t.hi_us, base.lo_us, base.hi_us),
-                    "bits_equal_port": equal if name.startswith("sglang") else "",
+                    **pairing.speedup_fields(COLUMNS, name, timings),
+                    "bits_equal_port": equal.get(name, ""),
                     "sm_clock_mhz": clock,
                 }
             )
@@ -300,13 +337,18 @@ def run(out_dir: str | Path, command=None, budget_s: float | None = 200.0) -> tu
     meta["clock_warmup"] = timing.warm_clocks()
     meta["timing"] = {**timing.timing_meta(), "passes": max(3, timing.DECODE_PASSES), "l2": "warm"}
     meta["impls"] = IMPLS
+    meta["columns"] = pairing.describe(COLUMNS)
+    meta["anchors"] = {d: pairing.anchor_provenance(d) for d in anchors.ANCHORS}
+    meta["sglang_is_arch_support_pdl"] = anchors._is_arch_support_pdl()
     meta["sglang_table"] = {f"{'il' if il else 'nil'} N={n}": TileConfig(*v, "table").label
                             for (il, n), v in SGLANG_TABLE.items()}  # fmt: skip
     meta["sglang_default_gate_up"] = TileConfig(*SGLANG_DEFAULT_GATE_UP, "").label
     meta["sglang_interleaved_unlisted"] = "nearest listed interleaved width's entry (smaller on a tie)"
     skipped: list[str] = []
-    rows = bench_decode(budget_s=budget_s, skipped=skipped)
+    anchor_skipped: list[dict] = []
+    rows = bench_decode(budget_s=budget_s, skipped=skipped, anchor_skipped=anchor_skipped)
     meta["skipped_for_time"] = skipped
+    meta["anchor_skipped"] = anchor_skipped
     meta["bits_equal_all"] = all(r["bits_equal_port"] for r in rows if r["impl"].startswith("sglang"))
     meta["gpu_state_after"] = provenance.gpu_state()
     slug = provenance.device_slug()
@@ -318,13 +360,17 @@ def run(out_dir: str | Path, command=None, budget_s: float | None = 200.0) -> tu
 
 def summary(rows: list[dict]) -> str:
     """A markdown table: per shape the median of the pass medians [lowest, highest pass median]
-    of the port and the baseline with PDL, the floor, and the port's distance above it."""
+    of the port and the baseline with PDL, the floor, and the port's distance above it; then per
+    anchor (labelled by its column) its time and the speedup of the port paired with it by the
+    rule ("-" where the anchor was skipped on the shape)."""
     by: dict = {}
     for r in rows:
         by.setdefault((r["M"], r["N"], r["layout"], r["weighted"]), {})[r["impl"]] = r
+    present = [k for k in pairing.SILU_ANCHOR_COLUMNS if any(k in d for d in by.values())]
+    heads = "".join(f" {COLUMNS[k].label} / vs {pairing.paired_port(COLUMNS, k)} |" for k in present)
     lines = [
-        "| shape | port (PDL) | sglang-config (ours, PDL) | port - empty PDL | empty PDL | port no PDL | bits |",
-        "|---|---|---|---|---|---|---|",
+        "| shape | port (PDL) | sglang-config (ours, PDL) | port - empty PDL | empty PDL | port no PDL | bits |" + heads,
+        "|---|---|---|---|---|---|---|" + "---|" * len(present),
     ]
     for (M, N, lay, wt), d in by.items():
         p, s, e, q = d["port_pdl"], d["sglang_config_pdl"], d["empty_pdl"], d["port"]
@@ -332,9 +378,16 @@ def summary(rows: list[dict]) -> str:
         def f(r):
             return f"{r['median_of_pass_medians_us']:.3f} [{r['lo_us']:.3f}, {r['hi_us']:.3f}]"
 
+        def a(k, d=d):
+            if k not in d:
+                return " - |"
+            r = d[k]
+            bits = "" if r["bits_equal_port"] else " DIFFER"
+            return f" {f(r)} x{r['speedup_of_paired_port']:.3f}{bits} |"
+
         shape = f"M={M} N={N} {'interleaved' if lay == 'il' else 'gate||up'}{', weights' if wt else ''}"
         lines.append(
             f"| {shape} | {f(p)} | {f(s)} | {p['above_empty_pdl_us']:+.3f} | {f(e)} | {f(q)} | "
-            f"{'equal' if s['bits_equal_port'] else 'DIFFER'} |"
+            f"{'equal' if s['bits_equal_port'] else 'DIFFER'} |" + "".join(a(k) for k in present)
         )
     return "\n".join(lines)

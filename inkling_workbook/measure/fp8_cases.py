@@ -160,7 +160,9 @@ def fp8_impls(case: dict, seed: int = 0, draw: int = 0) -> dict[str, tuple[Calla
     * for a masked case, "fused_2d_present" (the fused op on as many rows as are present, as one
       contiguous 2-D input: what those rows cost without the masked layout);
     * for a decode case (M <= 16, row-major scales, no UE8M0), "silu_and_mul_alone"
-      (``silu_and_mul`` into a preallocated bf16 buffer, PDL on, its own bytes: 6N a row).
+      (``silu_and_mul`` into a preallocated bf16 buffer, PDL on, its own bytes: 6N a row);
+    * the real anchors of :mod:`~inkling_workbook.measure.fp8_anchors` whose layout is the case's
+      (and our ``fp8_group_quant`` with and without PDL beside the anchors' quantizers).
 
     Inputs are random normal bf16 (never zeros), created here on the GPU, once per call of this
     function (so calls of different seeds use different buffers: the cold-L2 rotation builds one
@@ -232,6 +234,10 @@ def fp8_impls(case: dict, seed: int = 0, draw: int = 0) -> dict[str, tuple[Calla
             return silu_and_mul_fp8_group_quant(flat, interleaved=il, out=out2, **opts)
 
         impls["fused_2d_present"] = (fused_2d_present, nbytes)
+    from inkling_workbook.measure import fp8_anchors
+
+    # the real anchors where their layout is the case's (fp8_anchors.skipped says why not elsewhere)
+    impls.update(fp8_anchors.anchor_impls(case, gateup, masked_m, nbytes))
     return impls
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import triton
 
-from inkling_workbook.measure import fp8_cases, provenance, timing
+from inkling_workbook.measure import fp8_anchors, fp8_cases, pairing, provenance, timing
 
 # ---- FP8 per-token-group -----------------------------------------------------------------------
 
@@ -62,6 +62,10 @@ FP8_TIMING = {
     "(empty inductor "
     "caches, each autotuned at its first call), timed in the same passes; the fastest is the baseline "
     "(from the sweep after cf4b87e)",
+    "anchors": "sglang 0.5.23 and vllm 0.34.0 Triton kernels (fp8_anchors) where their layout is the case's, "
+    "timed in the same passes; each checked before timing against the bounds its formula allows "
+    "(fp8_anchors.BOUND_FORMULA), not for bits; speedups only between a port and a baseline of the same op "
+    "and PDL state (pairing.RULE)",
     "masked_sweep": "past T = 256 (the same ragged counts at T = 512, 1024, 2048; the counts x 8 at T = 2048) "
     "only fused, fused_no_pdl and fused_2d_present are timed (from the sweep after cf4b87e)",
 }
@@ -105,7 +109,8 @@ def _fp8_ceiling_copy(numel_out: int, cfg: dict) -> tuple[Callable[[], object], 
 
 
 def bench_fp8(
-    ceilings: dict, quick: bool = False, progress: bool = True, cold: bool = True, ceiling_configs: dict | None = None
+    ceilings: dict, quick: bool = False, progress: bool = True, cold: bool = True, ceiling_configs: dict | None = None,
+    skipped_out: list | None = None,
 ) -> list[dict]:
     """The cases of :mod:`inkling_workbook.measure.fp8_cases`, the implementations of a case timed in
     :data:`FP8_PASSES` interleaved passes, warm L2 and (``cold``) cold L2 where :func:`_fp8_cold`;
@@ -113,7 +118,9 @@ def bench_fp8(
     M = 49152. Before a case is timed, its fused and unfused outputs are compared bit for bit.
     ``ceiling_configs`` (N to the ceiling's best configuration): at M = 49152 the ceiling's copy is
     timed in the same passes as the case's implementations too, so that both see the same clocks
-    and power state (``ceiling_same_passes_tbps``)."""
+    and power state (``ceiling_same_passes_tbps``). The anchors (:mod:`fp8_anchors`) are checked
+    against their bounds before timing; each anchor a case does not support goes into
+    ``skipped_out`` with its reason."""
     from tqdm.auto import tqdm
 
     timing._configure_dynamo()
@@ -121,6 +128,7 @@ def bench_fp8(
     if quick:
         cases = [c for c in cases if c["M"] in (16, 49152) and not (c["column_major_scales"] or c["scale_ue8m0"])]
     rows = []
+    skipped_anchors: list[dict] = []
     it = tqdm(cases, desc="fp8 cases", disable=not progress)
     for case in it:
         it.set_postfix_str(case["name"])
@@ -128,6 +136,10 @@ def bench_fp8(
         for mode in ["warm"] + (["cold"] if cold and _fp8_cold(case) else []):
             first = fp8_cases.fp8_impls(case, draw=draw)
             fp8_cases.check_fused_equals_unfused(case, first)  # outputs checked before they are timed
+            checks = fp8_anchors.check_anchors(case, first, fp8_cases.present_rows)  # the anchors: within their bounds, not bits
+            if mode == "warm":
+                skipped_anchors += [{"case": case["name"], "impl": k, "column": fp8_anchors.FP8_COLUMNS[k].label,
+                                     "reason": r} for k, r in fp8_anchors.skipped(case).items()]  # fmt: skip
             nsets = timing.n_buffer_sets(fp8_cases.fp8_bytes(case), mode == "cold")
             sets = [first] + [fp8_cases.fp8_impls(case, seed=i, draw=draw) for i in range(1, nsets)]
             states: list[dict] = []
@@ -181,7 +193,9 @@ def bench_fp8(
                         "E": case["E"],
                         "T": case["T"],
                         "impl": name,
-                        "config": FP8_IMPLS[name],
+                        "config": FP8_IMPLS.get(name) or fp8_anchors.FP8_ANCHOR_IMPLS[name],
+                        **fp8_anchors.row_fields(name, checks),
+                        **pairing.speedup_fields(fp8_anchors.FP8_COLUMNS, name, timings),
                         "l2": mode,
                         "buffer_sets": nsets,
                         **t.columns(nbytes, 4),
@@ -205,6 +219,8 @@ def bench_fp8(
                     }
                 )
             del first
+    if skipped_out is not None:
+        skipped_out += skipped_anchors
     return rows
 
 
@@ -216,10 +232,18 @@ def run_fp8(meta: dict, csv_path: str | Path) -> list[dict]:
         meta[f"ceiling_fp8_49152x{n}"] = timing.stream_ceiling(49152 * n, out_dtype=torch.uint8)
     meta["fp8_impls"] = FP8_IMPLS
     meta["fp8_timing"] = FP8_TIMING
+    meta["fp8_anchor_impls"] = fp8_anchors.FP8_ANCHOR_IMPLS
+    meta["fp8_columns"] = pairing.describe(fp8_anchors.FP8_COLUMNS)
+    meta["fp8_anchor_bounds"] = fp8_anchors.BOUND_FORMULA
+    meta["anchors"] = {d: pairing.anchor_provenance(d) for d in ("sglang", "vllm")}
+    skipped: list[dict] = []
     rows = bench_fp8(
         {n: meta[f"ceiling_fp8_49152x{n}"]["tbps"] for n in (1536, 3072)},
         ceiling_configs={n: meta[f"ceiling_fp8_49152x{n}"] for n in (1536, 3072)},
+        skipped_out=skipped,
     )
+    meta["fp8_anchor_skipped"] = skipped
+    meta["fp8_anchor_within_bounds_all"] = all(r["anchor_within_bounds"] for r in rows if r["anchor_check"])
     timing.write_csv(rows, csv_path)
     own = {
         **meta,
