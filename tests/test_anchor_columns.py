@@ -33,9 +33,10 @@ def absent(monkeypatch):
 
 
 def _fake_time_calls(calls, passes, rounds=10, after_pass=None):
-    """A stand-in timer: no call is made (the baselines need helion and CUDA); the port with PDL
+    """A stand-in timer: no call is made (the baselines need helion and CUDA); the ports with PDL
     1.0 us, without 1.1 us, every other column 2.0 us."""
-    us = {"triton_pdl": 1.0, "port_pdl": 1.0, "triton": 1.1, "port": 1.1}
+    us = {k: 1.0 for k in ("triton_pdl", "port_pdl", "fused", "quant")}
+    us |= {k: 1.1 for k in ("triton", "port", "fused_no_pdl", "quant_no_pdl")}
     return {n: timing.Timing.from_passes([[us.get(n, 2.0)] * rounds] * passes, 100) for n in calls}
 
 
@@ -82,7 +83,7 @@ def test_every_anchor_column_names_its_project_version_and_configuration(monkeyp
     records = {a.key: a for a in A.anchors()}
     seen = set()
     for cols in SWEEPS.values():
-        for key, c in cols.items():
+        for c in cols.values():
             assert c.label.startswith(f"{c.project} {c.version} " if c.version else f"{c.project} ")
             assert c.function in c.label and c.config in c.label
             assert c.label.endswith(", PDL)" if c.pdl else ", no PDL)")
@@ -97,12 +98,18 @@ def test_every_anchor_column_names_its_project_version_and_configuration(monkeyp
         "sglang 0.5.23 silu_and_mul (merged port, GB300 heuristic, no PDL)"
     )
     # each row names the anchor's wheel and sha256 from the manifest
-    pins = {d: {"version": p["version"], "wheel": p["wheel"], "wheel_sha256": p["sha256"]} for d, p in A.ANCHORS.items()}
+    pins = {
+        d: {"version": p["version"], "wheel": p["wheel"], "wheel_sha256": p["sha256"]} for d, p in A.ANCHORS.items()
+    }
     monkeypatch.setattr(A, "manifest", lambda dist, root=None: {"dist": dist, **pins[dist]})
     for cols in SWEEPS.values():
         for key, c in cols.items():
             f = pairing.row_fields(cols, key)
-            assert f["column"] == c.label and f["pdl"] == c.pdl and f["paired_port"] == (pairing.paired_port(cols, key) or "")
+            assert (
+                f["column"] == c.label
+                and f["pdl"] == c.pdl
+                and f["paired_port"] == (pairing.paired_port(cols, key) or "")
+            )
             if c.dist:
                 assert (f["version"], f["wheel"], f["wheel_sha256"]) == (
                     A.ANCHORS[c.dist]["version"], A.ANCHORS[c.dist]["wheel"], A.ANCHORS[c.dist]["sha256"]
@@ -204,7 +211,9 @@ def test_fp8_anchor_table_over_the_cases(monkeypatch):
     without UE8M0, sglang's masked kernel on the masked cases the sweep times fully, vllm's
     colmajor kernel on the gate||up column-major cases; vllm's masked kernel nowhere (its scale
     layout is no case's), and every anchor not built has a reason."""
-    pins = {d: {"version": p["version"], "wheel": p["wheel"], "wheel_sha256": p["sha256"]} for d, p in A.ANCHORS.items()}
+    pins = {
+        d: {"version": p["version"], "wheel": p["wheel"], "wheel_sha256": p["sha256"]} for d, p in A.ANCHORS.items()
+    }
     monkeypatch.setattr(A, "manifest", lambda dist, root=None: {"dist": dist, **pins[dist]})
     for case in fp8_cases.fp8_cases():
         built, skipped = fp8_anchors.built(case), fp8_anchors.skipped(case)
@@ -260,3 +269,75 @@ def test_fp8_anchors_checked_against_their_bounds_in_the_interpreter(fetched):
     f = fp8_anchors.row_fields("sglang_silu_and_mul_fp8_masked", {"sglang_silu_and_mul_fp8_masked": c})
     assert f["anchor_within_bounds"] is True and "not bits" in f["anchor_check"]
     assert f["wheel_sha256"] == A.ANCHORS["sglang"]["sha256"] and f["paired_port"] == "fused_no_pdl"
+
+
+def test_fp8_column_major_anchors_in_the_interpreter(fetched):
+    """Column-major scales: both quantizers and vllm's fused colmajor kernel (M a multiple of 128)
+    against ours, within their bounds, scales in the same [M, G] column-major layout."""
+    from inkling_kernels import silu_and_mul_fp8_group_quant
+
+    gen = torch.Generator().manual_seed(6)
+    case = fp8_cases._case("c", 128, 256, False, column_major=True)
+    x = (torch.randn((128, 512), generator=gen) * 3).bfloat16()
+    impls = fp8_anchors.anchor_impls(case, x, None, 7)
+    assert set(impls) == {*fp8_anchors.QUANT_PORTS, "sglang_fp8_group_quant", "vllm_fp8_group_quant",
+                          "vllm_silu_mul_fp8_colmajor"}  # fmt: skip
+    assert impls["vllm_silu_mul_fp8_colmajor"][1] == 7 and impls["quant"][1] == fp8_anchors.quant_bytes(case)
+    impls["fused"] = (lambda: silu_and_mul_fp8_group_quant(x, interleaved=False, column_major_scales=True), 0)
+    checks = fp8_anchors.check_anchors(case, impls, fp8_cases.present_rows)
+    assert len(checks) == 3 and all(c["within_bounds"] for c in checks.values())
+    assert checks["vllm_silu_mul_fp8_colmajor"]["vs"] == "fused"
+    assert impls["vllm_silu_mul_fp8_colmajor"][0]()[1].stride() == (1, 128)
+
+
+def test_fp8_sweep_rows_carry_the_anchors(monkeypatch):
+    """``bench_fp8`` with a stand-in timer and the anchors' manifests present: an anchor row per
+    built anchor, with its version, wheel sha256, paired port, speedup and check; the rest skipped
+    with reasons."""
+    from inkling_workbook.measure import fp8_sweep
+
+    pins = {
+        d: {"version": p["version"], "wheel": p["wheel"], "wheel_sha256": p["sha256"]} for d, p in A.ANCHORS.items()
+    }
+    monkeypatch.setattr(A, "manifest", lambda dist, root=None: {"dist": dist, **pins[dist]})
+    cases = [
+        c for c in fp8_cases.fp8_cases() if c["name"] in ("M49152_N1536_nil_colmajor", "masked_ragged_E8_T256_N1536")
+    ]
+    monkeypatch.setattr(fp8_cases, "fp8_cases", lambda: cases)
+
+    def fake_impls(case, seed=0, draw=0):
+        names = [*fp8_sweep.FP8_IMPLS, *fp8_anchors.built(case)]
+        return {n: (lambda: None, fp8_cases.fp8_bytes(case)) for n in names}
+
+    monkeypatch.setattr(fp8_cases, "fp8_impls", fake_impls)
+    monkeypatch.setattr(fp8_cases, "check_fused_equals_unfused", lambda case, impls: None)
+    ok = {"within_bounds": True, "codes_differing": 0.01, "scale_max_rel": 0.005, "vs": "fused"}
+    checked = lambda case, impls, present: {k: ok for k in impls if k in fp8_anchors.ANCHOR_KEYS}  # noqa: E731
+    monkeypatch.setattr(fp8_anchors, "check_anchors", checked)
+    monkeypatch.setattr(timing, "time_calls", _fake_time_calls)
+    monkeypatch.setattr(timing, "_configure_dynamo", lambda: None)
+    monkeypatch.setattr(timing, "l2_bytes", lambda: 50 * 2**20)
+    monkeypatch.setattr(provenance, "gpu_state", lambda: {})
+    skipped: list = []
+    rows = fp8_sweep.bench_fp8({1536: 4.0}, progress=False, cold=False, skipped_out=skipped)
+    anchor_rows = {(r["case"], r["impl"]): r for r in rows if r["wheel_sha256"]}
+    assert set(anchor_rows) == {
+        ("M49152_N1536_nil_colmajor", "sglang_fp8_group_quant"), ("M49152_N1536_nil_colmajor", "vllm_fp8_group_quant"),
+        ("M49152_N1536_nil_colmajor", "vllm_silu_mul_fp8_colmajor"),
+        ("masked_ragged_E8_T256_N1536", "sglang_silu_and_mul_fp8_masked"),
+    }  # fmt: skip
+    for (_, impl), r in anchor_rows.items():
+        col = fp8_anchors.FP8_COLUMNS[impl]
+        assert r["wheel_sha256"] == A.ANCHORS[col.dist]["sha256"] and r["version"] == col.version
+        assert r["config"] == col.label and r["anchor_within_bounds"] is True and "not bits" in r["anchor_check"]
+        assert r["paired_port"] == pairing.paired_port(fp8_anchors.FP8_COLUMNS, impl)
+        assert r["speedup_of_paired_port"] == round(2.0 / 1.1, 4)  # each against its port without PDL
+    assert {r["impl"] for r in rows if r["case"] == "M49152_N1536_nil_colmajor"} >= set(fp8_anchors.QUANT_PORTS)
+    assert {(s["case"], s["impl"]) for s in skipped} == {
+        ("M49152_N1536_nil_colmajor", "sglang_silu_and_mul_fp8_masked"),
+        ("M49152_N1536_nil_colmajor", "vllm_silu_mul_fp8_masked"),
+        ("masked_ragged_E8_T256_N1536", "sglang_fp8_group_quant"),
+        ("masked_ragged_E8_T256_N1536", "vllm_fp8_group_quant"),
+        ("masked_ragged_E8_T256_N1536", "vllm_silu_mul_fp8_colmajor"),
+        ("masked_ragged_E8_T256_N1536", "vllm_silu_mul_fp8_masked"),
+    }

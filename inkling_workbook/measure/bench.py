@@ -155,9 +155,10 @@ def _torch_version() -> str:
 
 #: every column of the sweep as :mod:`~inkling_workbook.measure.pairing` reads it (the rule pairs
 #: the baselines with "triton_pdl" or "triton" by their PDL state)
+_PORT = "the port, launch_config heuristic"
 COLUMNS: dict[str, Column] = {
-    "triton": Column("triton", "inkling", "", "silu_and_mul", "the port, launch_config heuristic", False, "port"),
-    "triton_pdl": Column("triton_pdl", "inkling", "", "silu_and_mul", "the port, launch_config heuristic", True, "port"),
+    "triton": Column("triton", "inkling", "", "silu_and_mul", _PORT, False, "port"),
+    "triton_pdl": Column("triton_pdl", "inkling", "", "silu_and_mul", _PORT, True, "port"),
     "helion_sm90": Column("helion_sm90", "helion", "1.4.0", "silu_and_mul original", "production sm_90 table",
                           False, "baseline"),
     "helion_fixed": Column("helion_fixed", "helion", "1.4.0", "silu_and_mul original", "fixed 1x256 tile, 4 warps",
@@ -291,7 +292,11 @@ def _row(shape: Shape, name: str, config: str, mode: str, t: Timing, nbytes: int
 
 
 def bench_silu(
-    shape_list: list[Shape], cold: bool, ceiling_tbps: float, progress: bool = True, impl_filter=None,
+    shape_list: list[Shape],
+    cold: bool,
+    ceiling_tbps: float,
+    progress: bool = True,
+    impl_filter=None,
     skipped: list | None = None,
 ) -> list[dict]:
     """Warm L2 on every shape; cold L2 (``cold``) where :func:`cold_feasible`. Decode shapes get

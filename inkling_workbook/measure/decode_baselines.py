@@ -369,7 +369,8 @@ def summary(rows: list[dict]) -> str:
     present = [k for k in pairing.SILU_ANCHOR_COLUMNS if any(k in d for d in by.values())]
     heads = "".join(f" {COLUMNS[k].label} / vs {pairing.paired_port(COLUMNS, k)} |" for k in present)
     lines = [
-        "| shape | port (PDL) | sglang-config (ours, PDL) | port - empty PDL | empty PDL | port no PDL | bits |" + heads,
+        "| shape | port (PDL) | sglang-config (ours, PDL) | port - empty PDL | empty PDL | port no PDL | bits |"
+        + heads,
         "|---|---|---|---|---|---|---|" + "---|" * len(present),
     ]
     for (M, N, lay, wt), d in by.items():

@@ -81,14 +81,14 @@ ANCHOR_CHECK = {
     "most: within bounds, not bits",
     "sglang_silu_and_mul_fp8_masked": "vs fused: activation rounded twice (2 ulps of bf16 from ours), reciprocal "
     "product: within bounds on the rows present, not bits",
-    "vllm_silu_mul_fp8_colmajor": "vs fused: activation rounded twice, scale amax*fl(1/448): within bounds, "
-    "not bits",
+    "vllm_silu_mul_fp8_colmajor": "vs fused: activation rounded twice, scale amax*fl(1/448): within bounds, not bits",
 }
 #: relative scale tolerance: quantizers a few fp32 ulps (compiled '/' is approximate); fused kernels
 #: two ulps of bf16 from the double rounding, one more for the GPU's approximate exp
 QUANT_SCALE_REL = 2**-20
 FUSED_SCALE_REL = 3 * 2**-7 + 2**-20
-BOUND_FORMULA = ("|dequant(theirs) - dequant(ours)| <= (2^-3 + tol_s) * max(|d_theirs|, |d_ours|) + 2^-9 * (s + s_ours) "
+BOUND_FORMULA = ("|dequant(theirs) - dequant(ours)| <= (2^-3 + tol_s) * max(|d_theirs|, |d_ours|) "
+                 "+ 2^-9 * (s + s_ours) "
                  "(one e4m3 step and the scales' difference; subnormal codes absolutely); "
                  f"tol_s = {QUANT_SCALE_REL:.3g} (quantizers), {FUSED_SCALE_REL:.3g} (fused)")  # fmt: skip
 
@@ -130,7 +130,9 @@ def quant_bytes(case: dict) -> int:
     return case["M"] * (2 * N + N + 4 * N // g)
 
 
-def anchor_impls(case: dict, gateup: torch.Tensor, masked_m, nbytes: int) -> dict[str, tuple[Callable[[], object], int]]:
+def anchor_impls(
+    case: dict, gateup: torch.Tensor, masked_m, nbytes: int
+) -> dict[str, tuple[Callable[[], object], int]]:
     """name -> (call, bytes) of the columns :func:`built` names, on ``gateup`` (the case's input;
     the fused anchors count ``nbytes``, the fused op's); the quantizers on the activation of
     ``gateup`` (our ``silu_and_mul``, computed here once) with :func:`quant_bytes`."""

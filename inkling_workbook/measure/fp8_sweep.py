@@ -109,7 +109,11 @@ def _fp8_ceiling_copy(numel_out: int, cfg: dict) -> tuple[Callable[[], object], 
 
 
 def bench_fp8(
-    ceilings: dict, quick: bool = False, progress: bool = True, cold: bool = True, ceiling_configs: dict | None = None,
+    ceilings: dict,
+    quick: bool = False,
+    progress: bool = True,
+    cold: bool = True,
+    ceiling_configs: dict | None = None,
     skipped_out: list | None = None,
 ) -> list[dict]:
     """The cases of :mod:`inkling_workbook.measure.fp8_cases`, the implementations of a case timed in
@@ -136,7 +140,9 @@ def bench_fp8(
         for mode in ["warm"] + (["cold"] if cold and _fp8_cold(case) else []):
             first = fp8_cases.fp8_impls(case, draw=draw)
             fp8_cases.check_fused_equals_unfused(case, first)  # outputs checked before they are timed
-            checks = fp8_anchors.check_anchors(case, first, fp8_cases.present_rows)  # the anchors: within their bounds, not bits
+            checks = fp8_anchors.check_anchors(
+                case, first, fp8_cases.present_rows
+            )  # the anchors: within their bounds, not bits
             if mode == "warm":
                 skipped_anchors += [{"case": case["name"], "impl": k, "column": fp8_anchors.FP8_COLUMNS[k].label,
                                      "reason": r} for k, r in fp8_anchors.skipped(case).items()]  # fmt: skip

@@ -174,7 +174,9 @@ def anchor_available(col: Column, *, interleaved: bool, device="cuda", masked: b
         if masked:
             return "a 2-D quantizer: no masked [E, T] layout"
         if ue8m0:
-            return "ue8m0 scales: not on sglang's Triton path (row-major asserts them off, column-major needs deep_gemm)"
+            return (
+                "ue8m0 scales: not on sglang's Triton path (row-major asserts them off, column-major needs deep_gemm)"
+            )
     if a == "sglang_silu_and_mul_fp8_masked":
         if not masked or interleaved or column_major or ue8m0:
             return "masked [E, T, 2N] gate||up with fp32 row-major scales only"
