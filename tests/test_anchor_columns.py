@@ -157,6 +157,12 @@ def test_bench_sweep_with_the_anchors_present(monkeypatch, fetched):
     ]  # fmt: skip
     assert "below sm_90" in skipped[0]["reason"] and "interleaved layout only" in skipped[1]["reason"]
     assert skipped[0]["column"] == bench.COLUMNS["sglang_silu_and_mul_triton"].label
+    # what a table reads: each baseline against its paired port, by label
+    table = pairing.paired_rows(rows)
+    assert len(table) == sum(r["role"] == "baseline" for r in rows) >= 2 * 5  # every baseline, paired
+    sg = [t for t in table if t["baseline"] == bench.COLUMNS["sglang_silu_and_mul"].label]
+    assert len(sg) == 2 and all(t["port"] == bench.COLUMNS["triton"].label and t["pdl"] is False for t in sg)
+    assert all(t["wheel_sha256"] == A.ANCHORS["sglang"]["sha256"] for t in sg)
 
 
 def test_bench_sweep_with_the_anchors_absent(monkeypatch, absent):

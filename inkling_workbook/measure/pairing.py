@@ -189,3 +189,23 @@ def anchor_available(col: Column, *, interleaved: bool, device="cuda", masked: b
         return ("writes fp32 scales column-major within an expert (strides (T*G, 1, T)); the masked cases "
                 "time row-major scales: not like for like")  # fmt: skip
     return None
+
+
+def paired_rows(rows: list[dict], keys=("op", "case", "M", "N", "layout", "weighted", "l2")) -> list[dict]:
+    """What a table or figure of speedups reads from a sweep's rows (CSV dicts), by the rule the
+    rows carry (``paired_port``, ``speedup_of_paired_port``): one entry per baseline row whose
+    port was timed in the same passes, naming both columns by their labels."""
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault(tuple(r.get(k) for k in keys), {})[r["impl"]] = r
+    out = []
+    for g, by in groups.items():
+        for r in by.values():
+            port = r.get("paired_port")
+            if not port or port not in by or r.get("speedup_of_paired_port") in ("", None):
+                continue
+            out.append({**{k: v for k, v in zip(keys, g) if v is not None}, "baseline": r["column"],
+                        "port": by[port]["column"], "pdl": r["pdl"], "baseline_us": r["median_us"],
+                        "port_us": by[port]["median_us"], "speedup": r["speedup_of_paired_port"],
+                        "ties": r["ties_paired_port"], "wheel_sha256": r.get("wheel_sha256", "")})  # fmt: skip
+    return out
