@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import gpu_only
 
 from inkling_workbook.measure import anchors as A
 from inkling_workbook.measure import bench, fp8_anchors, fp8_cases, pairing, provenance, timing
@@ -347,3 +348,26 @@ def test_fp8_sweep_rows_carry_the_anchors(monkeypatch):
         ("masked_ragged_E8_T256_N1536", "vllm_silu_mul_fp8_colmajor"),
         ("masked_ragged_E8_T256_N1536", "vllm_silu_mul_fp8_masked"),
     }
+
+
+@gpu_only
+def test_gpu_anchor_columns_run_check_and_time(fetched):
+    """On the GPU: both sglang silu anchors run on an interleaved shape and are checked for bits
+    (the merged port equal), each FP8 anchor of a few cases within its bounds, and one shape's
+    anchors are timed with the sweep's timer beside the ports."""
+    shape = bench.Shape(16, 1536, True, True, "decode")
+    skipped: dict = {}
+    impls = bench.anchor_implementations(shape, bench.COLUMNS, skipped=skipped)
+    assert set(impls) == set(bench.ANCHOR_KEYS) and skipped == {}  # sm_90+: silu_and_mul_triton with PDL
+    (x, w) = bench._buffers(shape, 1)[0]
+    bits = bench.check_anchor_bits(shape, impls, x, w)
+    assert bits["sglang_silu_and_mul"] is True and set(bits) == set(bench.ANCHOR_KEYS)
+    calls = {k: (lambda fn=fn: fn(x, w)) for k, (fn, _) in impls.items()}
+    t = timing.time_calls(calls, 1)
+    assert all(v.median_us > 0 for v in t.values())
+    names = ("M1024_N1536_nil", "M49152_N1536_nil_colmajor", "masked_ragged_E8_T256_N1536")
+    for case in [c for c in fp8_cases.fp8_cases() if c["name"] in names]:
+        fimpls = fp8_cases.fp8_impls(case)
+        checks = fp8_anchors.check_anchors(case, fimpls, fp8_cases.present_rows)
+        assert set(checks) == set(fp8_anchors.built(case)) - set(fp8_anchors.QUANT_PORTS) != set()
+        assert all(c["within_bounds"] for c in checks.values()), (case["name"], checks)
