@@ -200,6 +200,7 @@ def test_decode_sweep_with_the_anchors_present(monkeypatch, tmp_path, fetched):
     assert sg["bits_equal_port"] is True and sg["paired_port"] == "port"
     assert sg["wheel_sha256"] == A.ANCHORS["sglang"]["sha256"] and sg["column"] == db.COLUMNS[sg["impl"]].label
     assert meta["bits_equal_all"] is True and meta["anchors"]["sglang"]["version"] == "0.5.23"
+    assert meta["bits_equal_port"] == {"sglang_config_pdl": True, "sglang_config": True, "sglang_silu_and_mul": True}
     assert [s["impl"] for s in meta["anchor_skipped"]] == ["sglang_silu_and_mul_triton"]
     assert meta["columns"]["pairs"]["sglang_silu_and_mul_triton"] == "port_pdl"
     assert "sglang 0.5.23 silu_and_mul (merged port, GB300 heuristic, no PDL) / vs port" in db.summary(rows)

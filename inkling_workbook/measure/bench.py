@@ -577,7 +577,8 @@ def run(out: str | Path, quick: bool = False, cold: bool = False, tune: bool = T
     skipped: list[dict] = []
     rows = bench_silu(shapes(quick), cold, ceiling, skipped=skipped)
     meta["anchor_skipped"] = skipped
-    meta["anchor_bits_equal_all"] = all(r["bits_equal_port"] for r in rows if r["impl"] in ANCHOR_KEYS)
+    meta["anchor_bits_equal_port"] = {k: all(r["bits_equal_port"] for r in rows if r["impl"] == k)
+                                      for k in ANCHOR_KEYS if any(r["impl"] == k for r in rows)}  # fmt: skip
     write_csv(rows, out)
     meta["nvfp4_impls"] = NVFP4_IMPLS
     nv = bench_nvfp4(ceiling, quick=quick)

@@ -350,6 +350,9 @@ def run(out_dir: str | Path, command=None, budget_s: float | None = 200.0) -> tu
     meta["skipped_for_time"] = skipped
     meta["anchor_skipped"] = anchor_skipped
     meta["bits_equal_all"] = all(r["bits_equal_port"] for r in rows if r["impl"].startswith("sglang"))
+    checked = [r for r in rows if r["bits_equal_port"] != ""]
+    meta["bits_equal_port"] = {k: all(r["bits_equal_port"] for r in checked if r["impl"] == k)
+                               for k in COLUMNS if any(r["impl"] == k for r in checked)}  # fmt: skip
     meta["gpu_state_after"] = provenance.gpu_state()
     slug = provenance.device_slug()
     csv_path = Path(out_dir) / "data" / f"decode_{slug}.csv"
