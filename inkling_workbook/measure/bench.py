@@ -156,6 +156,10 @@ def _torch_version() -> str:
 #: every column of the sweep as :mod:`~inkling_workbook.measure.pairing` reads it (the rule pairs
 #: the baselines with "triton_pdl" or "triton" by their PDL state)
 _PORT = "the port, launch_config heuristic"
+#: inductor can generate PDL (``torch._inductor.config.triton.enable_pdl``, off by default); the
+#: torch.compile columns run its default. helion 1.4.0's Triton backend has no PDL launch (its PDL
+#: is in the CuTe matmul path), so the helion columns run without PDL as helion launches them
+_INDUCTOR_PDL = "inductor default: triton.enable_pdl off"
 COLUMNS: dict[str, Column] = {
     "triton": Column("triton", "inkling", "", "silu_and_mul", _PORT, False, "port"),
     "triton_pdl": Column("triton_pdl", "inkling", "", "silu_and_mul", _PORT, True, "port"),
@@ -164,9 +168,9 @@ COLUMNS: dict[str, Column] = {
     "helion_fixed": Column("helion_fixed", "helion", "1.4.0", "silu_and_mul original", "fixed 1x256 tile, 4 warps",
                            False, "baseline"),
     "compile_static": Column("compile_static", "torch", _torch_version(), "torch.compile of silu_and_mul_ref",
-                             "dynamic=False", False, "baseline"),
+                             "dynamic=False, " + _INDUCTOR_PDL, False, "baseline"),
     "compile_dynamic_m": Column("compile_dynamic_m", "torch", _torch_version(), "torch.compile of silu_and_mul_ref",
-                                "M dynamic, compiled at M=8192", False, "baseline"),
+                                "M dynamic, compiled at M=8192, " + _INDUCTOR_PDL, False, "baseline"),
     "torch_eager": Column("torch_eager", "torch", _torch_version(), "silu_and_mul_ref", "eager, fp32 math", False,
                           "baseline"),
     **pairing.SILU_ANCHOR_COLUMNS,
