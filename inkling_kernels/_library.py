@@ -3,7 +3,7 @@
 ``torch.library.Library.define`` + ``impl`` + ``register_fake`` (the pattern of vLLM's
 ``direct_register_custom_op``): the op's Python implementation is called straight from the
 dispatcher, without the argument re-parsing and schema inference layer of
-``torch.library.custom_op``, which costs more host time per call (WORKBOOK section 7: ~60 us
+``torch.library.custom_op``, which costs more host time per call (docs/results.md, host time per call: ~60 us
 against ~90 us through ``custom_op`` on the H200 host). Registering an op adds a name to the
 dispatcher; it patches nothing.
 """

@@ -39,7 +39,7 @@ def test_decode_shapes_cover_every_sweep_width_in_both_layouts():
 def test_graph_size_does_not_move_decode_timing():
     """The port at M=1 N=1024: the graph size the method picks and 4x as many calls agree within 3%
     (graphs sized from eager timings put a per-replay cost on each call: 1.56 us at 12 calls a
-    graph against 1.11 us at 500, WORKBOOK section 7). Runs alone on the GPU (the job's bench
+    graph against 1.11 us at 500, docs/results.md, host time per call). Runs alone on the GPU (the job's bench
     phase): timings next to other GPU work are not timings."""
     check = bench.method_check()
     print(check)

@@ -9,6 +9,7 @@ import torch
 from conftest import gpu_only, poisoned, randn
 
 from inkling_kernels import silu_and_mul
+from inkling_workbook.measure import timing
 from inkling_workbook.measure.timing import Timing
 from inkling_workbook.ports.silu_and_mul import port_steps
 
@@ -66,7 +67,7 @@ def test_record_writer(tmp_path):
     t = Timing.from_passes([[1.0, 1.2, 1.1], [1.3, 1.25, 1.15]], reps=200)
     rows = [port_steps.row(name, 16, 3072, t, "1980") for name in [*port_steps.STEP_NAMES, "package"]]
     meta = {"device": "fake", "steps": [s.__dict__ for s in port_steps.STEPS]}
-    csv_path, meta_path = port_steps.write_records(rows, meta, tmp_path / "port_steps_fake.csv")
+    csv_path, meta_path = timing.write_records(rows, meta, tmp_path / "port_steps_fake.csv")
     assert meta_path.name == "port_steps_fake.json"
     back = list(csv.DictReader(csv_path.open()))
     assert [r["impl"] for r in back] == [*port_steps.STEP_NAMES, "package"]

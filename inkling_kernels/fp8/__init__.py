@@ -6,7 +6,7 @@ On the H200 the second grouped GEMM of an MoE layer reads its activations as blo
 second kernel reads it back; the fused kernel reads ``gateup`` once (4N bytes a row) and writes
 only the e4m3 bytes (N) and the scales (4N/group_size).
 
-Both paths run :func:`_fp8_group_kernel` and follow
+Both paths run :func:`._kernel._fp8_group_kernel` and follow
 :data:`inkling_kernels.reference.FP8_GROUP_FORMULA` exactly. The fused path computes silu*mul
 with the shared ``_silu_mul`` helper and rounds it to the activation dtype in registers, exactly
 where the unfused path stores it, so fused == unfused bit for bit (compiled, its sigmoid uses a

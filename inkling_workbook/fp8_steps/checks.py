@@ -246,7 +246,7 @@ def measure_steps(out: str | Path | None = None, device="cuda", cases=None, comm
     """Check every step on the GPU cases, then time them -> ``data/fp8_steps_<gpu>.csv`` and
     ``.json`` (provenance, method, steps, the bitwise summary). Under a minute on an H200."""
     from inkling_workbook.measure import fp8_sweep, timing
-    from inkling_workbook.ports.silu_and_mul.port_steps import write_records
+    from inkling_workbook.measure.timing import write_records
 
     timing.require_gpu()
     cases = TIMED_CASES if cases is None else cases

@@ -170,10 +170,23 @@ def sources_digest(commit: str | None = None, root: Path | None = None) -> str |
     return h.hexdigest()
 
 
+def helion_version() -> str | None:
+    """The installed helion's version (None without helion): a record names it whether or not it
+    ran helion."""
+    import importlib.metadata
+    import importlib.util
+
+    if importlib.util.find_spec("helion") is None:
+        return None
+    try:
+        return importlib.metadata.version("helion")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (no package metadata)"
+
+
 def collect(command: str | list[str] | None = None) -> dict:
     """Everything a reader needs to know where a result file came from."""
     from inkling_kernels import _backend
-    from inkling_workbook.ports.silu_and_mul import helion_original
 
     if command is None:
         command = [Path(sys.argv[0]).name, *sys.argv[1:]]
@@ -189,7 +202,7 @@ def collect(command: str | list[str] | None = None) -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "triton": triton.__version__,
-        "helion": helion_original.helion_version(),
+        "helion": helion_version(),
         "cuda_runtime": torch.version.cuda,
     }
     if cuda:

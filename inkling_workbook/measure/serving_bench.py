@@ -6,7 +6,7 @@
   the activation launched without PDL, and with PDL. "Back to back" timings of the activation
   alone (the main sweep's ``triton_pdl`` rows) measure PDL between copies of the same kernel;
   this chain measures what it saves between a GEMM and the activation and the next GEMM.
-* :func:`host_overhead`: host microseconds per call (no GPU wait), for a bare
+* :func:`.hostbench.measure_host_overhead`: host microseconds per call (no GPU wait), for a bare
   ``kernel[grid](...)`` launch and for each public entry point, same process, same shapes.
 
 ``python -m inkling_workbook serving`` runs both and writes ``data/serving_<gpu>.json``.

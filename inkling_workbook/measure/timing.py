@@ -364,3 +364,14 @@ def write_csv(rows: list[dict], path: str | Path) -> None:
     writer.writeheader()
     writer.writerows(rows)
     provenance.write_record(path, buf.getvalue())
+
+
+def write_records(rows: list[dict], meta: dict, out: str | Path) -> tuple[Path, Path]:
+    """The CSV ``out`` and its provenance JSON beside it, each written atomically."""
+    import json
+
+    out = Path(out)
+    write_csv(rows, out)
+    meta_path = provenance.companion(out, "meta")
+    provenance.write_record(meta_path, json.dumps(meta, indent=1) + "\n")
+    return out, meta_path

@@ -31,7 +31,6 @@ writes ``data/port_steps_<gpu>.csv`` and ``.json``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -302,17 +301,6 @@ def time_steps(shapes=SHAPES, names: list[str] | None = None, passes: int | None
     return rows
 
 
-def write_records(rows: list[dict], meta: dict, out: str | Path) -> tuple[Path, Path]:
-    """The CSV ``out`` and its provenance JSON beside it, each written atomically."""
-    from inkling_workbook.measure.timing import write_csv
-
-    out = Path(out)
-    write_csv(rows, out)
-    meta_path = provenance.companion(out, "meta")
-    provenance.write_record(meta_path, json.dumps(meta, indent=1) + "\n")
-    return out, meta_path
-
-
 def measure_steps(out: str | Path | None = None, shapes=SHAPES, command=None) -> tuple[Path, Path]:
     """Every step and the package kernel on :data:`SHAPES`, warm L2 -> ``data/port_steps_<gpu>.csv``
     and ``.json`` (provenance, method, steps). About a minute on an H200, compiles included."""
@@ -337,4 +325,4 @@ def measure_steps(out: str | Path | None = None, shapes=SHAPES, command=None) ->
     meta["shapes"] = [list(s) for s in shapes]
     rows = time_steps(shapes)
     meta["gpu_state_after"] = provenance.gpu_state()
-    return write_records(rows, meta, out)
+    return timing.write_records(rows, meta, out)

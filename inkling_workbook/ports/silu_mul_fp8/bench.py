@@ -396,7 +396,7 @@ def run(
             "helion": (
                 "inkling_workbook.ports.silu_mul_fp8.helion.silu_mul_fp8_helion: vLLM's H100 table entry per shape"
             ),
-            "compile": "torch.compile(silu_mul_fp8_helion.formula, dynamic=False), one graph per shape",
+            "compile": "torch.compile(ports.silu_mul_fp8.helion.formula, dynamic=False), one graph per shape",
         },
         "shapes": [list(s) for s in sweep_list],
         "compile_caches": (
