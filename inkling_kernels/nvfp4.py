@@ -519,7 +519,7 @@ def _quant_config(N: int, interpreted: bool, fused: bool = True) -> tuple[int, i
     """(BLOCK_M, BLOCK_K, num_warps). On the GPU: BLOCK_K the widest of 1024..64 dividing N, 4 warps;
     the fused kernel takes 4096 elements a program, the plain quant kernel, which does less work
     an element, at least 8 rows (8x1024 at N = 3072, 8x512 at N = 1536): the best tiles of each
-    kernel in the H200 sweep (data/tune_round4_h200.csv, data/tuning_log.md). In the interpreter
+    kernel in the H200 sweep (data/superseded/tune_round4_h200.csv, data/tuning_log.md). In the interpreter
     each Triton op costs the same Python overhead whatever the tile, so tiles are 16x larger
     there. Tiles never change a bit of the result: every row finds its own expert, and masks
     cover any tail."""
