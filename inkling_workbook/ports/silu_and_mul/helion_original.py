@@ -44,17 +44,6 @@ def available() -> bool:
     return importlib.util.find_spec("helion") is not None
 
 
-def helion_version() -> str | None:
-    if not available():
-        return None
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("helion")
-    except PackageNotFoundError:
-        return "unknown (no package metadata)"
-
-
 #: The two configurations the originals run with. ``"fixed"``: one row by 256 columns, 4 warps,
 #: the tile this workbook used before the production table was recovered. ``"sm90_table"``: the
 #: config the original AOT wrapper picked on sm_90 for the gateup width 2N
