@@ -12,6 +12,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+# What a kernel's ``ACT`` constexpr computes, one numbering for the NVFP4 and FP8 kernels (which
+# compare ``ACT`` with these values as literals): the input itself (a plain quantizer), or
+# ``_silu_mul`` of an interleaved ``gateup`` or of a gate || up one.
+ACT_NONE, ACT_INTERLEAVED, ACT_NON_INTERLEAVED = 0, 1, 2
+
 
 @triton.jit
 def _ex2_ftz(x):

@@ -12,11 +12,12 @@ same helper as :mod:`inkling_kernels.silu_and_mul` and rounds it to the activati
 registers, exactly where the unfused path stores it, so the two paths agree bit for bit.
 
 The module reads top-down in the order of a call: the two public functions with their own checks
-(``_check_x``, ``_check_fused_args``), then what they share: the launch (``_launch_quant``), its
-checks that read no values (``_check_static``) and the value checks (``_check_values``, one host
-read), the launch heuristic (``_quant_config``), the compiled launcher. The kernel, too large to
-fit here, is read last, in :mod:`inkling_kernels._nvfp4_kernel`; the check primitives
-(``_validate``) and the launch on either backend (``_backend``) are the helpers every op shares.
+(``_check_x``, ``_check_fused_args``) and their registered ops, then what they share: the launch
+(``_launch_quant``), its checks that read no values (``_check_static``) and the value checks
+(``_check_values``, one host read), the launch heuristic (``_quant_config``), the compiled
+launcher. The kernel, too large to fit here, is read last, in :mod:`inkling_kernels._nvfp4_kernel`;
+the check primitives (``_validate``) and the launch on either backend (``_backend``) are the
+helpers every op shares.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ import torch
 import triton
 
 from . import _backend
+from ._activation import ACT_INTERLEAVED, ACT_NON_INTERLEAVED, ACT_NONE
 from ._backend import INT32_LIMIT
+from ._library import register_op
 from ._nvfp4_kernel import nvfp4_quant_kernel
 from ._validate import (
     ACT_DTYPES_FP4,
@@ -38,8 +41,6 @@ from ._validate import (
     check_tensor,
 )
 from .reference import NVFP4_BLOCK
-
-ACT_NONE, ACT_INTERLEAVED, ACT_NON_INTERLEAVED = 0, 1, 2
 
 
 def nvfp4_quant(
@@ -232,6 +233,125 @@ def _check_fused_args(gateup, interleaved, topk_weights) -> int:
     return N
 
 
+# The registered ops (``torch.ops.inkling.nvfp4_quant``, ``silu_and_mul_nvfp4_quant`` and their
+# ``_out`` forms): the same eager calls, and fakes that run the checks that read no values, then
+# compute the shapes. The functional ops return ``max_blockscale_rows`` scale rows (see ops.py).
+
+
+def _nvfp4_fake_outputs(src, N, expert_offsets, swizzle, scale_rows):
+    M = src.shape[0]
+    rows = _bound_rows(src, expert_offsets, swizzle, scale_rows) if swizzle else M
+    packed = src.new_empty((M, N // 2), dtype=torch.uint8)
+    return packed, src.new_empty((rows, _scale_cols(N, swizzle)), dtype=torch.uint8)
+
+
+def _bound_rows(src, expert_offsets, swizzle, scale_rows):
+    """The registered functional ops always return the fake's row count (the static bound)."""
+    if scale_rows is not None or not swizzle:
+        return scale_rows
+    E = expert_offsets.shape[0] - 1 if expert_offsets is not None else 1
+    return max_blockscale_rows(src.shape[0], max(E, 1))
+
+
+def _quant_impl(x, global_scale, expert_offsets=None, blockscale_offsets=None, swizzle=True, scale_rows=None,
+                validate=None, enable_pdl=None):  # fmt: skip
+    scale_rows = _bound_rows(x, expert_offsets, swizzle, scale_rows)
+    return _nvfp4_quant_eager(
+        x, global_scale, expert_offsets, blockscale_offsets, swizzle, None, validate, None, scale_rows, enable_pdl
+    )
+
+
+def _quant_fake(x, global_scale, expert_offsets=None, blockscale_offsets=None, swizzle=True, scale_rows=None,
+                validate=None, enable_pdl=None):  # fmt: skip
+    _check_static(
+        "x", x, _check_x(x), global_scale, expert_offsets, blockscale_offsets, None, swizzle, None, validate,
+        scale_rows, memory=False,
+    )  # fmt: skip
+    return _nvfp4_fake_outputs(x, x.shape[1], expert_offsets, swizzle, scale_rows)
+
+
+def _quant_out_impl(x, global_scale, expert_offsets, blockscale_offsets, swizzle, validate, enable_pdl, *, packed,
+                    scales):  # fmt: skip
+    _nvfp4_quant_eager(
+        x, global_scale, expert_offsets, blockscale_offsets, swizzle, (packed, scales), validate, None, None,
+        enable_pdl,
+    )  # fmt: skip
+
+
+def _quant_out_fake(x, global_scale, expert_offsets, blockscale_offsets, swizzle, validate, enable_pdl, *, packed,
+                    scales):  # fmt: skip
+    _check_static(
+        "x", x, _check_x(x), global_scale, expert_offsets, blockscale_offsets, None, swizzle,
+        (packed, scales), validate, None, memory=False,
+    )  # fmt: skip
+
+
+def _fused_impl(gateup, global_scale, expert_offsets=None, blockscale_offsets=None, interleaved=False,
+                topk_weights=None, swizzle=True, scale_rows=None, validate=None, enable_pdl=None):  # fmt: skip
+    scale_rows = _bound_rows(gateup, expert_offsets, swizzle, scale_rows)
+    return _fused_eager(
+        gateup, global_scale, expert_offsets, blockscale_offsets, interleaved, topk_weights, swizzle, None, validate,
+        None, scale_rows, enable_pdl,
+    )  # fmt: skip
+
+
+def _fused_fake(gateup, global_scale, expert_offsets=None, blockscale_offsets=None, interleaved=False,
+                topk_weights=None, swizzle=True, scale_rows=None, validate=None, enable_pdl=None):  # fmt: skip
+    _check_static(
+        "gateup", gateup, _check_fused_args(gateup, interleaved, topk_weights), global_scale, expert_offsets,
+        blockscale_offsets, topk_weights, swizzle, None, validate, scale_rows, memory=False,
+    )  # fmt: skip
+    return _nvfp4_fake_outputs(gateup, gateup.shape[1] // 2, expert_offsets, swizzle, scale_rows)
+
+
+def _fused_out_impl(gateup, global_scale, expert_offsets, blockscale_offsets, interleaved, topk_weights, swizzle,
+                    validate, enable_pdl, *, packed, scales):  # fmt: skip
+    _fused_eager(
+        gateup, global_scale, expert_offsets, blockscale_offsets, interleaved, topk_weights, swizzle,
+        (packed, scales), validate, None, None, enable_pdl,
+    )  # fmt: skip
+
+
+def _fused_out_fake(gateup, global_scale, expert_offsets, blockscale_offsets, interleaved, topk_weights, swizzle,
+                    validate, enable_pdl, *, packed, scales):  # fmt: skip
+    _check_static(
+        "gateup", gateup, _check_fused_args(gateup, interleaved, topk_weights), global_scale, expert_offsets,
+        blockscale_offsets, topk_weights, swizzle, (packed, scales), validate, None, memory=False,
+    )  # fmt: skip
+
+
+register_op(
+    "nvfp4_quant",
+    "(Tensor x, Tensor global_scale, Tensor? expert_offsets=None, Tensor? blockscale_offsets=None, "
+    "bool swizzle=True, SymInt? scale_rows=None, bool? validate=None, bool? enable_pdl=None) -> (Tensor, Tensor)",
+    _quant_impl,
+    _quant_fake,
+)
+register_op(
+    "nvfp4_quant_out",
+    "(Tensor x, Tensor global_scale, Tensor? expert_offsets, Tensor? blockscale_offsets, bool swizzle, "
+    "bool? validate, bool? enable_pdl, *, Tensor(a!) packed, Tensor(b!) scales) -> ()",
+    _quant_out_impl,
+    _quant_out_fake,
+)
+register_op(
+    "silu_and_mul_nvfp4_quant",
+    "(Tensor gateup, Tensor global_scale, Tensor? expert_offsets=None, Tensor? blockscale_offsets=None, "
+    "bool interleaved=False, Tensor? topk_weights=None, bool swizzle=True, SymInt? scale_rows=None, "
+    "bool? validate=None, bool? enable_pdl=None) -> (Tensor, Tensor)",
+    _fused_impl,
+    _fused_fake,
+)
+register_op(
+    "silu_and_mul_nvfp4_quant_out",
+    "(Tensor gateup, Tensor global_scale, Tensor? expert_offsets, Tensor? blockscale_offsets, bool interleaved, "
+    "Tensor? topk_weights, bool swizzle, bool? validate, bool? enable_pdl, *, Tensor(a!) packed, "
+    "Tensor(b!) scales) -> ()",
+    _fused_out_impl,
+    _fused_out_fake,
+)
+
+
 def _launch_quant(
     src_name: str,
     src: torch.Tensor,
@@ -351,7 +471,7 @@ def _check_static(
         raise ValueError("blockscale_offsets applies to swizzled scales only (swizzle=False was given)")
     if validate is not None and not isinstance(validate, bool):
         raise TypeError(f"validate must be a bool or None, got {type(validate).__name__}")
-    scale_cols = (N // NVFP4_BLOCK + 3) // 4 * 4 if swizzle else N // NVFP4_BLOCK
+    scale_cols = _scale_cols(N, swizzle)
     packed = scales = None
     if out is not None:
         if scale_rows is not None:
@@ -420,6 +540,11 @@ def _check_swizzled_rows(name: str, rows: int, M: int) -> None:
             f"{name} must be a multiple of 128 (whole swizzled 128-row blocks), at least 128 when M > 0; "
             f"got {rows} (max_blockscale_rows(M, E) gives a bound for any expert split)"
         )
+
+
+def _scale_cols(N: int, swizzle: bool) -> int:
+    """Scale bytes a row: one per 16 elements, padded to a multiple of 4 when swizzled."""
+    return (N // NVFP4_BLOCK + 3) // 4 * 4 if swizzle else N // NVFP4_BLOCK
 
 
 def max_blockscale_rows(M: int, E: int = 1) -> int:

@@ -13,7 +13,7 @@ the store. Everything else (tiles, masks, cache hints) is free to change because
 a bit of the result.
 
 The module reads top-down in the order of a call: the public function (and its ``torch.compile``
-form), the hot path of a CUDA call (``_fast_cuda``), the checks (``_check_args``), the launch
+form), the registered ops, the hot path of a CUDA call (``_fast_cuda``), the checks (``_check_args``), the launch
 heuristic (``launch_config``), the launch (``_launch``, ``_launch_cuda``), then the kernels. What
 it shares with the other ops is read once, in its own module: the check primitives
 (``_validate``), the launch on either backend (``_backend``) and the arithmetic (``_silu_mul``, in
@@ -31,6 +31,7 @@ import triton.language as tl
 from . import _backend
 from ._activation import _silu_mul
 from ._backend import INT32_LIMIT
+from ._library import register_op
 from ._validate import (
     ELEMENT_SIZE,
     FLOAT_DTYPES,
@@ -87,7 +88,7 @@ def silu_and_mul(
 
 
 def _as_registered_op(gateup, topk_weights, out_dtype, interleaved, out, config, enable_pdl):
-    """The call as torch.compile sees it: one node of a registered op (see :mod:`.ops`)."""
+    """The call as torch.compile sees it: one node of the op registered below."""
     if config is not None:
         raise ValueError("config (a benchmark override) is not supported under torch.compile")
     _check_args(gateup, topk_weights, out_dtype, out, interleaved, memory=False)
@@ -118,6 +119,42 @@ def _silu_and_mul_eager(gateup, topk_weights, out_dtype, interleaved, out, confi
         return out
     _launch(gateup, topk_weights, out, M, N, interleaved, config, enable_pdl)
     return out
+
+
+# The registered ops (``torch.ops.inkling.silu_and_mul`` and ``silu_and_mul_out``): the same
+# eager call, and a fake that runs the checks that read no values, then computes the shape.
+
+
+def _silu_impl(gateup, topk_weights=None, out_dtype=None, interleaved=True, enable_pdl=None):
+    return _silu_and_mul_eager(gateup, topk_weights, out_dtype, interleaved, None, None, enable_pdl)
+
+
+def _silu_fake(gateup, topk_weights=None, out_dtype=None, interleaved=True, enable_pdl=None):
+    _check_args(gateup, topk_weights, out_dtype, None, interleaved, memory=False)
+    return gateup.new_empty((gateup.shape[0], gateup.shape[1] // 2), dtype=out_dtype or gateup.dtype)
+
+
+def _silu_out_impl(gateup, topk_weights, interleaved, enable_pdl, *, out):
+    _silu_and_mul_eager(gateup, topk_weights, None, interleaved, out, None, enable_pdl)
+
+
+def _silu_out_fake(gateup, topk_weights, interleaved, enable_pdl, *, out):
+    _check_args(gateup, topk_weights, None, out, interleaved, memory=False)
+
+
+register_op(
+    "silu_and_mul",
+    "(Tensor gateup, Tensor? topk_weights=None, ScalarType? out_dtype=None, bool interleaved=True, "
+    "bool? enable_pdl=None) -> Tensor",
+    _silu_impl,
+    _silu_fake,
+)
+register_op(
+    "silu_and_mul_out",
+    "(Tensor gateup, Tensor? topk_weights, bool interleaved, bool? enable_pdl, *, Tensor(a!) out) -> ()",
+    _silu_out_impl,
+    _silu_out_fake,
+)
 
 
 _Tensor = torch.Tensor

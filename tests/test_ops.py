@@ -83,6 +83,16 @@ def test_opcheck(case):
     assert all(v == "SUCCESS" for v in results.values()), results
 
 
+def test_ops_index_lists_every_registered_op():
+    """``inkling_kernels.ops.ALL_OPS`` is the whole ``inkling`` namespace, each op once."""
+    from inkling_kernels import _library, ops
+
+    defined = sorted(name.split("::", 1)[1] for name in _library.LIB._op_defs)
+    assert sorted(ops.OP_NAMES) == defined and len(defined) == 10
+    assert len(set(ops.ALL_OPS)) == len(ops.ALL_OPS) == 10
+    assert [op.name() for op in ops.ALL_OPS] == [f"inkling::{n}" for n in ops.OP_NAMES]
+
+
 def test_ops_match_public_functions(gen):
     x = randn((9, 2 * 96), torch.bfloat16, gen, "cpu")
     w = torch.rand(9, generator=gen)

@@ -75,7 +75,7 @@ hot path (``_launch._fast_launch``) serves ``"row"`` and ``"tma"``; the other tw
 
 from __future__ import annotations
 
-from ._kernel import ACT_INTERLEAVED, ACT_NON_INTERLEAVED, ACT_NONE
+from .._activation import ACT_INTERLEAVED, ACT_NON_INTERLEAVED, ACT_NONE
 from ._layout import FP8_DTYPE, GROUP_SIZES, SCALE_LAYOUTS, empty_scales
 from .group_quant import fp8_group_quant
 from .silu_and_mul_group_quant import silu_and_mul_fp8_group_quant

@@ -12,8 +12,6 @@ import triton.language as tl
 from .._activation import _silu_mul
 from ._format import _bf16_round, _div_by_scale, _e4m3_hw, _e4m3_signed, _group_scale, _warp_group_max
 
-ACT_NONE, ACT_INTERLEAVED, ACT_NON_INTERLEAVED = 0, 1, 2
-
 
 @triton.jit(do_not_specialize=["T", "T_PAD", "E"])
 def _fp8_group_kernel(

@@ -23,9 +23,10 @@ import torch
 import triton
 
 from .. import _backend
+from .._activation import ACT_INTERLEAVED, ACT_NON_INTERLEAVED, ACT_NONE
 from .._backend import INT32_LIMIT
 from .._validate import ELEMENT_SIZE, FLOAT_DTYPES, check_same_device, check_tensor
-from ._kernel import ACT_INTERLEAVED, ACT_NON_INTERLEAVED, ACT_NONE, _fp8_group_kernel
+from ._kernel import _fp8_group_kernel
 from ._layout import (
     _LAYOUT_CODE,
     FP8_DTYPE,
