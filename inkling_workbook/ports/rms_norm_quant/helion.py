@@ -49,7 +49,14 @@ import torch
 
 from inkling_kernels import _backend
 from inkling_workbook.ports.rms_norm_quant import interp
-from inkling_workbook.ports.rms_norm_quant.port import FP8_MAX, MIN_SCALE, OUT_DTYPE, check_args, check_config_rows
+from inkling_workbook.ports.rms_norm_quant.port import (
+    FP8_MAX,
+    MIN_SCALE,
+    OUT_DTYPE,
+    check_args,
+    check_config_rows,
+    empty_outputs,
+)
 
 INSTALL_HINT = "the helion original needs helion 1.4.0: pip install 'inkling-kernels[helion]'"
 _TABLE_PATH = Path(__file__).with_name("helion_h200_table.json")
@@ -135,8 +142,7 @@ def rms_norm_quant_helion(x, weight, *, epsilon=EPS, scale_ub=None, residual=Non
     M, H = check_args(x, weight, epsilon, scale_ub, residual, out)
     key_rows = check_config_rows(config_rows, M)
     production_config(key_rows, H)  # a key outside the recorded entries raises before any launch
-    result, scale = out if out is not None else (
-        torch.empty((M, H), dtype=OUT_DTYPE, device=x.device), torch.empty((M, 1), dtype=torch.float32, device=x.device))  # fmt: skip
+    result, scale = out if out is not None else empty_outputs(M, H, x.device)
     if M:
         kernel = helion_kernel(pick_key(key_rows, H))
         args = (result, x, weight, scale, float(epsilon), scale_ub, residual)

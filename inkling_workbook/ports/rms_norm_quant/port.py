@@ -180,6 +180,11 @@ def check_args(x, weight, epsilon, scale_ub, residual, out) -> tuple[int, int]:
     return M, H
 
 
+def empty_outputs(M: int, H: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(result [M, H] e4m3fn, scale [M, 1] fp32)``, uninitialised."""
+    return torch.empty((M, H), dtype=OUT_DTYPE, device=device), torch.empty((M, 1), dtype=torch.float32, device=device)
+
+
 def check_config_rows(config_rows, M: int) -> int:
     """The row count the config is picked for: ``config_rows``, or ``M`` when None."""
     if config_rows is None:
@@ -201,8 +206,7 @@ def rms_norm_quant(x, weight, *, epsilon=1e-6, scale_ub=None, residual=None, out
     key_rows = check_config_rows(config_rows, M)
     if config is not None and not isinstance(config, LaunchConfig):
         raise TypeError(f"config must be a LaunchConfig or None, got {type(config).__name__}")
-    result, scale = out if out is not None else (
-        torch.empty((M, H), dtype=OUT_DTYPE, device=x.device), torch.empty((M, 1), dtype=torch.float32, device=x.device))  # fmt: skip
+    result, scale = out if out is not None else empty_outputs(M, H, x.device)
     if M:
         cfg = config or launch_config(key_rows, H)
         int64 = M * H >= INT32_LIMIT
