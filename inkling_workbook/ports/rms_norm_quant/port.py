@@ -296,6 +296,21 @@ def cases(ms, hs, value_classes=portcheck.VALUE_CLASSES, long_rows=(), prefix: s
     return out
 
 
+def sum_order_case(H: int, rows: int = 4, prefix: str = "") -> portcheck.Case:
+    """``rows`` rows at width ``H`` with the prefill config (``config_rows=4096``: a reduction tile
+    of 1024) on which that tile's order and one sum over the row (4096 wide) give different
+    result bytes in the interpreter (:func:`inkling_workbook.ports.rms_norm_quant.sum_order.sum_order_rows`)."""
+
+    def make(seed, device, H=H, rows=rows):
+        from inkling_workbook.ports.rms_norm_quant.sum_order import sum_order_rows
+
+        x, w, r = sum_order_rows(rows, H, 1024, 4096, H)
+        return (x.clone().to(device), w.clone().to(device)), {"residual": r.clone().to(device), "config_rows": 4096}
+
+    name = f"{prefix}{rows}x{H} bfloat16 sum_order residual config_rows=4096 seed={H}"
+    return portcheck.Case(name, make=make, seed=H, value_class="ties", out=_out)
+
+
 #: The prefill config on a few rows: from 2049 rows at H near 4096 vLLM picks (4096, 4096), whose
 #: reduction tile is 1024 (four tile sums at H = 4096 and 3200, the last one masked at 3200).
 #: Rows are programs of their own, so 4 rows with that config are 4 rows of a prefill batch;
@@ -305,9 +320,9 @@ LONG_CPU = ((4, 4096, 4096), (4, 3200, 4096))
 
 def cpu_cases() -> list[portcheck.Case]:
     """The interpreter-sized matrix: M = 1 and 3 at H = 384 and H = 3200 (every value class, with
-    and without a residual), the scale cap, fp16, and the prefill config at H = 4096 and 3200
-    (47 cases)."""
-    return cases((1, 3), (384, 3200), long_rows=LONG_CPU)
+    and without a residual), the scale cap, fp16, the prefill config at H = 4096 and 3200, random
+    and on rows where the sum's order shows (49 cases)."""
+    return cases((1, 3), (384, 3200), long_rows=LONG_CPU) + [sum_order_case(4096), sum_order_case(3200)]
 
 
 def gpu_cases() -> list[portcheck.Case]:
