@@ -1,5 +1,5 @@
 """``python -m inkling_workbook {check,portcheck,bench,decode,serving,steps,fp8-steps,fusion,moe-layer,
-silu-mul-fp8,figures,results,info}``."""
+silu-mul-fp8,rms-norm-quant,figures,results,info}``."""
 
 from __future__ import annotations
 
@@ -189,6 +189,23 @@ def _silu_mul_fp8(args) -> int:
     return 0 if doc["ok"] else 1
 
 
+def _rms_norm_quant(args) -> int:
+    from inkling_workbook.measure import timing
+    from inkling_workbook.ports.rms_norm_quant import bench as rms_norm_quant_bench
+
+    timing.require_gpu()
+    parts = rms_norm_quant_bench.PARTS if args.part == "all" else (args.part,)
+    jobs = args.jobs if args.jobs is not None else max(1, min(12, (os.cpu_count() or 2) - 2))
+    doc = rms_norm_quant_bench.run(args.out, quick=args.quick, progress=not args.no_progress, parts=parts, jobs=jobs)
+    print(doc["tally"])
+    for step in doc.get("steps", []):
+        print(f"step {step['step']} {step['name']}: {step['equal_cases']}/{step['cases']} cases equal")
+    if doc["rows"]:
+        print(rms_norm_quant_bench.summary(doc["rows"]))
+    print(f"wrote {doc['portcheck']}" + (f", {doc['bench_csv']} and {doc['bench_json']}" if doc["bench_csv"] else ""))
+    return 0 if doc["ok"] else 1
+
+
 def _info(args) -> int:
     print(json.dumps(provenance.collect(), indent=1))
     return 0
@@ -281,6 +298,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(fn=_silu_mul_fp8)
+    p = sub.add_parser(
+        "rms-norm-quant",
+        help="the third port (notebook 10): portcheck and the steps over the GPU matrix, then port vs helion vs "
+        "compile (GPU)",
+    )
+    p.add_argument("--out", help="root for data/ (default: the repository)")
+    p.add_argument("--quick", action="store_true", help="fewer shapes, no steps")
+    p.add_argument("--part", choices=["all", "check", "steps", "sweep"], default="all",
+                   help="one part (steps after check: they join its record)")  # fmt: skip
+    p.add_argument(
+        "--jobs", type=int, help="processes for the check and the steps (default: the cores less 2, at most 12)"
+    )
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(fn=_rms_norm_quant)
     p = sub.add_parser("info", help="print device, versions and interpreter settings")
     p.set_defaults(fn=_info)
     args = parser.parse_args(argv)

@@ -35,7 +35,7 @@ for the shape, never autotuned), with a float64 reference and the formula in tor
 One backend per process (helion reuses its generated module across devices, as in
 :mod:`inkling_workbook.ports.silu_mul_fp8.helion`); on CPU tensors the generated Triton runs in
 Triton's interpreter inside :func:`inkling_kernels._backend.interpreting` and this port's
-:func:`inkling_workbook.ports.rms_norm_quant.interp.repairs` (``libdevice.rsqrt``, bf16 ``tl.max``).
+:func:`inkling_workbook.ports.rms_norm_quant.interp.repairs` (``libdevice.rsqrt`` bound).
 """
 
 from __future__ import annotations
