@@ -30,10 +30,11 @@ import portcheck
 from inkling_kernels import _backend
 from inkling_kernels._backend import INT32_LIMIT
 from inkling_kernels._validate import check_no_grad, check_same_device, check_tensor
+from inkling_workbook.ports.rms_norm_quant import interp, sum_order, table
+from inkling_workbook.ports.rms_norm_quant.formats import FP8_MAX, MIN_SCALE, OUT_DTYPE
 
-OUT_DTYPE = torch.float8_e4m3fn
-FP8_MAX = 448.0
-MIN_SCALE = 1.0 / (FP8_MAX * 512.0)  # vLLM's floor of the scale (a Python double, an fp32 argument)
+__all__ = ["FP8_MAX", "MIN_SCALE", "OUT_DTYPE", "rms_norm_quant", "launch_config", "cpu_cases", "gpu_cases"]
+
 IN_DTYPES = (torch.bfloat16, torch.float16)
 MAX_ROW_TILE = 8192  # rows up to this width stay in registers between the passes
 
@@ -127,11 +128,9 @@ class LaunchConfig:
 def launch_config(M: int, H: int) -> LaunchConfig:
     """The reduction tile and the warps of the config vLLM picks for (M, H) (the sum's order is
     theirs to decide), the row in one tile up to :data:`MAX_ROW_TILE`, else 4096 columns."""
-    from inkling_workbook.ports.rms_norm_quant import helion as original  # the table (no helion import)
-
     row = triton.next_power_of_2(H)
-    return LaunchConfig(original.reduction_tile(M, H), row if row <= MAX_ROW_TILE else 4096,
-                        original.production_config(M, H)["num_warps"])  # fmt: skip
+    return LaunchConfig(table.reduction_tile(M, H), row if row <= MAX_ROW_TILE else 4096,
+                        table.production_config(M, H)["num_warps"])  # fmt: skip
 
 
 def check_args(x, weight, epsilon, scale_ub, residual, out) -> tuple[int, int]:
@@ -221,8 +220,6 @@ def rms_norm_quant(x, weight, *, epsilon=1e-6, scale_ub=None, residual=None, out
 
 
 def _interp_repairs(device):
-    from inkling_workbook.ports.rms_norm_quant import interp
-
     return interp.repairs() if _backend.uses_interpreter(device) else _backend_null()
 
 
@@ -302,9 +299,7 @@ def sum_order_case(H: int, rows: int = 4, prefix: str = "") -> portcheck.Case:
     result bytes in the interpreter (:func:`inkling_workbook.ports.rms_norm_quant.sum_order.sum_order_rows`)."""
 
     def make(seed, device, H=H, rows=rows):
-        from inkling_workbook.ports.rms_norm_quant.sum_order import sum_order_rows
-
-        x, w, r = sum_order_rows(rows, H, 1024, 4096, H)
+        x, w, r = sum_order.sum_order_rows(rows, H, 1024, 4096, H)
         return (x.clone().to(device), w.clone().to(device)), {"residual": r.clone().to(device), "config_rows": 4096}
 
     name = f"{prefix}{rows}x{H} bfloat16 sum_order residual config_rows=4096 seed={H}"

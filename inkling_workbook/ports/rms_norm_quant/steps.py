@@ -27,6 +27,7 @@ from triton.language.extra import libdevice
 
 from inkling_kernels import _backend
 from inkling_workbook.ports.rms_norm_quant import port as P
+from inkling_workbook.ports.rms_norm_quant import table
 
 NUM_WARPS = 4
 
@@ -114,11 +115,9 @@ def run_step(name: str, x, weight, *, epsilon=1e-6, scale_ub=None, residual=None
     key_rows = P.check_config_rows(config_rows, M)
     result, scale = out if out is not None else P.empty_outputs(M, H, x.device)
     if M:
-        from inkling_workbook.ports.rms_norm_quant import helion as original  # the table (no helion import)
-
         recip_mean, bf16_norm, recip_scale, config_tile = STEPS[STEP_NAMES.index(name)].flags
         row = triton.next_power_of_2(H)
-        rblock = original.reduction_tile(key_rows, H) if config_tile else row
+        rblock = table.reduction_tile(key_rows, H) if config_tile else row
         with P._interp_repairs(x.device):
             _backend.launch(
                 step_kernel, (M,), x.device, x, weight, residual if residual is not None else x,

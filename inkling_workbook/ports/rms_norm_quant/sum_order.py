@@ -21,7 +21,7 @@ import functools
 import numpy as np
 import torch
 
-from inkling_workbook.ports.rms_norm_quant.port import FP8_MAX, MIN_SCALE, OUT_DTYPE
+from inkling_workbook.ports.rms_norm_quant.formats import FP8_MAX, MIN_SCALE, OUT_DTYPE
 
 
 def tile_sums(sq: np.ndarray, tile: int) -> np.ndarray:
