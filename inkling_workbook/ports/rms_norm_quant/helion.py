@@ -115,18 +115,19 @@ def rms_norm_quant_helion(x, weight, *, epsilon=EPS, scale_ub=None, residual=Non
     return (result, scale) if residual is None else (result, scale, residual)
 
 
-def generated_triton(x, weight, *, scale_ub=None, residual=None) -> str:
-    """The Triton source helion generates for these arguments with their production config."""
+def generated_triton(x, weight, *, scale_ub=None, residual=None, config_rows=None) -> str:
+    """The Triton source helion generates for these arguments with their production config (the
+    config picked for ``config_rows`` rows, default x's)."""
     import helion
 
     M, H = check_args(x, weight, EPS, scale_ub, residual, None)
-    result = torch.empty((M, H), dtype=OUT_DTYPE, device=x.device)
-    scale = torch.empty((M, 1), dtype=torch.float32, device=x.device)
-    kernel = helion_kernel(pick_key(M, H))
+    rows = check_config_rows(config_rows, M)
+    result, scale = empty_outputs(M, H, x.device)
+    kernel = helion_kernel(pick_key(rows, H))
     env = _backend.triton_interpret_env() if _backend.uses_interpreter(x.device) else _null()
     with env:
         bound = kernel.bind((result, x, weight, scale, EPS, scale_ub, residual))
-        return bound.to_triton_code(helion.Config(**production_config(M, H)))
+        return bound.to_triton_code(helion.Config(**production_config(rows, H)))
 
 
 class _null:

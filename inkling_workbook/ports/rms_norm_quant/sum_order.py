@@ -112,3 +112,25 @@ def sum_order_rows(rows: int, H: int, tile: int, other_tile: int, seed: int, dty
     if not bool(_differ(x, w, r, tile, other_tile).all()):
         raise RuntimeError(f"the recorded picks for {key} no longer separate the two orders (another numpy?)")
     return x, w, r
+
+
+def order_effects(rows: int, H: int, tile: int, other_tile: int, seed: int, dtype=torch.bfloat16) -> dict:
+    """On ``rows`` random rows (``randn * 3``, residual ``randn``, weight ``1 + randn``): how many
+    rows the two orders give a different fp32 sum of squares, a different ``rms``, a different
+    bf16 ``n`` and different result bytes, under the interpreter's arithmetic."""
+    gen = torch.Generator().manual_seed(seed)
+    w = (1.0 + torch.randn(H, generator=gen, dtype=torch.float64)).to(dtype)
+    x = (torch.randn((rows, H), generator=gen, dtype=torch.float64) * 3).to(dtype)
+    r = torch.randn((rows, H), generator=gen, dtype=torch.float64).to(dtype)
+    h = (x.float() + r.float()).numpy()
+    out = {"rows": rows}
+    sums = [tile_sums(h * h, t) for t in (tile, other_tile)]
+    out["sum"] = int((sums[0] != sums[1]).sum())
+    rms = [(1 / np.sqrt(s * np.float32(1.0 / H) + np.float32(1e-6))).astype(np.float32) for s in sums]
+    out["rms"] = int((rms[0] != rms[1]).sum())
+    ns = [(torch.from_numpy(h) * torch.from_numpy(q)[:, None]).to(dtype) for q in rms]
+    out["bf16(h * rms)"] = int((ns[0].view(torch.int16) != ns[1].view(torch.int16)).any(dim=1).sum())
+    res = [cpu_outputs(x, w, r, t)[0].view(torch.uint8) for t in (tile, other_tile)]
+    out["result bytes"] = int((res[0] != res[1]).any(dim=1).sum())
+    out["result elements"] = int((res[0] != res[1]).sum())
+    return out
