@@ -258,3 +258,24 @@ def test_the_gpu_script_runs_end_to_end_on_the_cpu(monkeypatch, tmp_path):
     assert "| 2 | 384 |" in B.summary(rows)
     again = B.run(tmp_path, device="cpu", cases=cases, parts=("sweep",), shapes=[(1, 384)], progress=False)
     assert again["ok"] and json.loads(again["portcheck"].read_text())["steps"] == pc["steps"]
+
+
+@needs_helion
+@pytest.mark.parametrize("M, hidden, rows", [(2, 4096, 4096), (1, 2048, None)])
+def test_the_sum_reduces_in_the_originals_tree_on_sm90(M, hidden, rows):
+    """Compiled for sm_90 on the CPU: every tile sum of the port reduces the tile shape, in the
+    register layout and with the warps, of the original's (helion generating pointer loads), so
+    the two add in the same order inside a tile; the one-tile step reduces another tree."""
+    from inkling_workbook.ports.rms_norm_quant import layouts, table
+
+    x = torch.randn(M, hidden).to(torch.bfloat16)
+    w, r = torch.randn(hidden).to(torch.bfloat16), torch.randn(M, hidden).to(torch.bfloat16)
+    tiles = -(-hidden // table.reduction_tile(M if rows is None else rows, hidden))
+    got = {
+        name: layouts.reductions(lambda fn=fn: fn(x, w, residual=r.clone(), config_rows=rows))
+        for name, fn in (("orig", H.rms_norm_quant_helion), ("port", P.rms_norm_quant), ("naive", S.step_naive))
+    }
+    orig, mine = got["orig"], got["port"]
+    assert len(orig) == 2 and len(mine) == tiles + 1  # the sum's loop body (unrolled in the port), then the max
+    assert all(m == orig[0] for m in mine[:tiles]) and orig[0]["layout"].startswith("#ttg.blocked")
+    assert got["naive"][0] != orig[0]

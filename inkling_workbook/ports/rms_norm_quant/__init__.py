@@ -9,5 +9,6 @@ plain Triton, a row reduction whose order decides the bits.
 * :mod:`.port`: the port (kernel, launcher, CPU and GPU case matrices).
 * :mod:`.steps`: the port step by step, each step checked by portcheck against the original.
 * :mod:`.sum_order`: rows on which the order of the sum of squares shows in the outputs on a CPU.
+* :mod:`.layouts`: the tree ``tl.sum`` reduces in on the GPU, read from the sm_90 compile on a CPU.
 * :mod:`.bench`: the GPU records (``wb rms-norm-quant``).
 """

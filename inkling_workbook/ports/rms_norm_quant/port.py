@@ -46,13 +46,26 @@ def _normalized(h, inv_rms, w):
 
 
 @triton.jit
+def nan_max(a, b):
+    """``a`` where ``a > b`` or ``a`` is NaN, else ``b``: Inductor's ``maximum``, which helion emits
+    for ``torch.maximum`` and ``clamp(min=)``. Not ``tl.maximum``: on the GPU that is ``max.f32``,
+    which returns the other operand for a NaN (in the interpreter numpy's ``maximum`` propagates
+    it, so a CPU check cannot tell the two apart: an all-NaN row's scale would differ on the GPU)."""
+    return tl.where((a > b) | (a != a), a, b)
+
+
+@triton.jit
+def nan_min(a, b):
+    """Inductor's ``minimum`` (``clamp(max=)``): ``a`` where ``a < b`` or ``a`` is NaN, else ``b``."""
+    return tl.where((a < b) | (a != a), a, b)
+
+
+@triton.jit
 def _quantized(n, s, fp8_max):
-    """``e4m3(clamp(n / s, -448, 448))`` with NaN kept through the clamps (Inductor's maximum and
-    minimum propagate NaN; the cast then writes 0x7F)."""
+    """``e4m3(clamp(n / s, -448, 448))``, the clamps NaN-propagating as the original's (the cast then
+    writes 0x7F for a NaN)."""
     y = n.to(tl.float32) / s
-    y = tl.where(y != y, y, tl.maximum(y, -fp8_max))
-    y = tl.where(y != y, y, tl.minimum(y, fp8_max))
-    return y.to(tl.float8e4nv)
+    return nan_min(nan_max(y, -fp8_max), fp8_max).to(tl.float8e4nv)
 
 
 @triton.jit(do_not_specialize=["eps"])
@@ -94,10 +107,10 @@ def rms_norm_quant_kernel(
             if HAS_RES:
                 h = h + tl.load(r_row + cols, mask=mask, other=0.0).to(tl.float32)
             n = _normalized(h, inv_rms, tl.load(w_ptr + cols, mask=mask, other=0.0))
-            amax = tl.maximum(amax, tl.max(tl.where(mask, tl.abs(n), 0.0).to(tl.float32), axis=1))
+            amax = nan_max(amax, tl.max(tl.where(mask, tl.abs(n), 0.0).to(tl.float32), axis=1))
     if HAS_UB:
-        amax = tl.minimum(amax, tl.load(ub_ptr))
-    s = tl.maximum(amax * (1.0 / fp8_max), min_scale)
+        amax = nan_min(amax, tl.load(ub_ptr))
+    s = nan_max(amax * (1.0 / fp8_max), min_scale)
     tl.store(scale_ptr + row + tl.arange(0, 1), s)
     s = s[:, None]
     if BLOCK >= H:

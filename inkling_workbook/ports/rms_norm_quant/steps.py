@@ -63,14 +63,14 @@ def step_kernel(
             n = ((h * inv_rms).to(w.dtype) * w).to(tl.float32)
         else:
             n = h * inv_rms * w.to(tl.float32)
-        amax = tl.maximum(amax, tl.max(tl.where(mask, tl.abs(n), 0.0), axis=1))
+        amax = P.nan_max(amax, tl.max(tl.where(mask, tl.abs(n), 0.0), axis=1))
     if HAS_UB:
-        amax = tl.minimum(amax, tl.load(ub_ptr))
+        amax = P.nan_min(amax, tl.load(ub_ptr))
     if RECIP_SCALE:
         s = amax * (1.0 / fp8_max)
     else:
         s = amax / fp8_max
-    s = tl.maximum(s, min_scale)
+    s = P.nan_max(s, min_scale)
     tl.store(scale_ptr + row + tl.arange(0, 1), s)
     for start in tl.range(0, H, BLOCK):
         cols = start + tl.arange(0, BLOCK)[None, :]
@@ -85,8 +85,7 @@ def step_kernel(
         else:
             n = h * inv_rms * w.to(tl.float32)
         y = n / s[:, None]
-        y = tl.where(y != y, y, tl.minimum(tl.maximum(y, -fp8_max), fp8_max))
-        tl.store(out_ptr + row * H + cols, y.to(tl.float8e4nv), mask=mask)
+        tl.store(out_ptr + row * H + cols, P.nan_min(P.nan_max(y, -fp8_max), fp8_max).to(tl.float8e4nv), mask=mask)
 
 
 @dataclass(frozen=True)
