@@ -12,7 +12,7 @@
 #
 # STEPS, a comma list; `check` (the default) is the GPU job, `publish` the measurements:
 #   check      = tests,bitwise,smoke,notebook06,sanitize,notebooks
-#   publish    = bench,serving,decode,moe,silufp8,fusion
+#   publish    = bench,serving,decode,moe,silufp8,rmsquant,fusion
 # The GPU job (`check`) is what an issue that changes code the GPU runs must pass at the commit
 # that resolves it. It verifies; it does not write the published timings. Those are the
 # `publish` steps, run at a commit whose kernels are the head's when numbers are republished:
@@ -30,8 +30,8 @@
 #              command on a small grid into a scratch folder that is not packed: serving, the port
 #              steps, the FP8 steps (each step checked against the kernel, then timed), the
 #              decode sweep (its first shapes), the MoE layer at M = 16 (accuracy, bitwise, eager
-#              and compiled) and the second port (`--quick`: portcheck over its GPU matrix, the
-#              timing sweep on a third of its shapes)
+#              and compiled), the second port and the third (`--quick`: portcheck over each GPU
+#              matrix, each timing sweep on a few of its shapes)
 #   notebook06 notebook 06 alone on the GPU (it re-measures its quick sweep into data/)
 #   sanitize   compute-sanitizer memcheck over the kernel test files in four processes, then
 #              racecheck and initcheck
@@ -48,6 +48,8 @@
 #   moe        the MoE layer of notebook 08 -> data/moe_layer_<gpu>.csv, .json
 #   silufp8    the second port (notebook 09): portcheck over its GPU matrix and the steps in 12
 #              processes, then the timing sweep -> data/silu_mul_fp8_*_<gpu>.*
+#   rmsquant   the third port (notebook 10): portcheck over its GPU matrix and the steps in 12
+#              processes, then the timing sweep -> data/rms_norm_quant_*_<gpu>.*
 #   fusion     every op's bits under TRITON_DEFAULT_FP_FUSION=0 and =1, helion and torch.compile
 #              beside them -> data/fp_fusion_<gpu>.json (the GPU job's
 #              tests check the package's bits under both settings; this step writes the record)
@@ -69,7 +71,7 @@ set -uo pipefail
 OUT_DIR=${1:-${OUT:-build/gpu_job}}
 STEPS=${2:-check}
 STEPS=${STEPS//check/tests,bitwise,smoke,notebook06,sanitize,notebooks}
-STEPS=${STEPS//publish/bench,serving,decode,moe,silufp8,fusion}
+STEPS=${STEPS//publish/bench,serving,decode,moe,silufp8,rmsquant,fusion}
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 echo $$ >"$OUT_DIR/pid"
@@ -145,8 +147,8 @@ START=$SECONDS
 # pack: the records and notebooks written so far, into the tarball (rewritten after every phase)
 pack() { tar czf "$OUT_DIR/publish_$GPU.tar.gz" data notebooks/*.ipynb; }
 
-if want smoke || want bench || want serving || want fp8steps || want decode || want moe || want silufp8; then
-  echo "=== phase 1, alone on the GPU: $(for s in smoke bench serving fp8steps decode moe silufp8; do want $s && printf '%s ' $s; done)($(stamp))"
+if want smoke || want bench || want serving || want fp8steps || want decode || want moe || want silufp8 || want rmsquant; then
+  echo "=== phase 1, alone on the GPU: $(for s in smoke bench serving fp8steps decode moe silufp8 rmsquant; do want $s && printf '%s ' $s; done)($(stamp))"
   if want smoke; then
     # every measurement command on a small grid; what they write goes to a scratch folder, never
     # to data/ (a smoke record is not a published number)
@@ -159,7 +161,8 @@ if want smoke || want bench || want serving || want fp8steps || want decode || w
     run smoke_decode $PY -m inkling_workbook decode --out "$SMOKE" --budget-s 5
     run smoke_moe $PY -m inkling_workbook moe-layer --out "$SMOKE" --ms 16 --no-progress
     run smoke_silufp8 $PY -m inkling_workbook silu-mul-fp8 --out "$SMOKE" --quick --jobs 12 --no-progress
-    show timing smoke_serving smoke_steps smoke_fp8steps smoke_decode smoke_moe smoke_silufp8
+    run smoke_rmsquant $PY -m inkling_workbook rms-norm-quant --out "$SMOKE" --quick --jobs 12 --no-progress
+    show timing smoke_serving smoke_steps smoke_fp8steps smoke_decode smoke_moe smoke_silufp8 smoke_rmsquant
   fi
   want bench && run bench $PY -m inkling_workbook bench --cold-l2 --no-tune
   if want serving; then
@@ -172,7 +175,8 @@ if want smoke || want bench || want serving || want fp8steps || want decode || w
   want moe && run moe $PY -m inkling_workbook moe-layer
   # the check, the steps and the sweep's compiles in 12 processes, then the timing alone
   want silufp8 && run silufp8 $PY -m inkling_workbook silu-mul-fp8 --jobs 12 --no-progress
-  show bench serving steps fp8steps decode moe silufp8
+  want rmsquant && run rmsquant $PY -m inkling_workbook rms-norm-quant --jobs 12 --no-progress
+  show bench serving steps fp8steps decode moe silufp8 rmsquant
   pack
 fi
 

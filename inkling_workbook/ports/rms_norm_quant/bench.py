@@ -187,7 +187,8 @@ def run(out=None, quick=False, progress=True, device="cuda", cases=None, shapes=
         jobs: int = 1) -> dict:  # fmt: skip
     """Some or all of the ``parts``: ``"check"`` portcheck over the cases (the portcheck record),
     ``"steps"`` every step's tally over the same cases (into that record), ``"sweep"`` the timing.
-    ``cases``: a list of cases or their ``MODULE:NAME`` (default: the GPU matrix); ``jobs`` > 1
+    ``cases``: a list of cases or their ``MODULE:NAME`` (default: the GPU matrix, ``quick``: its
+    smoke-sized subset, no steps, fewer shapes); ``jobs`` > 1
     runs the check and the steps in that many spawned processes (``cases`` then a name). Writes
     under ``out/data`` (default: the repository's ``data/``)."""
     from inkling_workbook.measure import timing
@@ -196,7 +197,7 @@ def run(out=None, quick=False, progress=True, device="cuda", cases=None, shapes=
         raise ValueError(f"parts must be a non-empty subset of {PARTS}, got {parts!r}")
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
-    spec = NAMES[2] if cases is None else cases
+    spec = (f"{port_side.__name__}:gpu_quick_cases" if quick else NAMES[2]) if cases is None else cases
     if jobs > 1 and not isinstance(spec, str):
         raise TypeError("jobs > 1 needs cases as a MODULE:NAME string (worker processes rebuild them)")
     device = torch.device(device)

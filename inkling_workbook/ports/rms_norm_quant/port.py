@@ -339,3 +339,9 @@ def gpu_cases() -> list[portcheck.Case]:
     return cases(
         (1, 7, 64, 512), (2048, 4096, 5120), long_rows=((2049, 4096, None), (4096, 3200, None), (8192, 5120, None))
     )
+
+
+def gpu_quick_cases() -> list[portcheck.Case]:
+    """A smoke-sized GPU matrix (``rms-norm-quant --quick``): M = 1 and 64 at H = 2048 and 4096,
+    random and NaN/Inf, and one prefill shape whose config sums in four tiles."""
+    return cases((1, 64), (2048, 4096), value_classes=("random", "nan_inf"), long_rows=((2049, 4096, None),))
