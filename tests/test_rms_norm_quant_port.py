@@ -279,3 +279,16 @@ def test_the_sum_reduces_in_the_originals_tree_on_sm90(M, hidden, rows):
     assert len(orig) == 2 and len(mine) == tiles + 1  # the sum's loop body (unrolled in the port), then the max
     assert all(m == orig[0] for m in mine[:tiles]) and orig[0]["layout"].startswith("#ttg.blocked")
     assert got["naive"][0] != orig[0]
+
+
+def test_every_gpu_case_and_sweep_shape_picks_a_recorded_config():
+    from inkling_workbook.ports.rms_norm_quant import bench as B
+    from inkling_workbook.ports.rms_norm_quant import table
+
+    names = [c.name for c in P.gpu_cases()] + [c.name for c in P.gpu_quick_cases()]
+    shapes = [tuple(int(v) for v in n.split()[0].split("x")) for n in names] + B.sweep_shapes() + B.sweep_shapes(True)
+    for M, hidden in shapes:
+        table.production_config(M, hidden)  # raises for an entry the table does not hold
+    assert any(table.reduction_tile(M, hidden) < hidden for M, hidden in shapes)  # the prefill order is covered
+    for matrix in (P.gpu_cases(), P.gpu_quick_cases()):
+        assert len({c.name for c in matrix}) == len(matrix)
