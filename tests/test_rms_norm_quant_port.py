@@ -292,3 +292,13 @@ def test_every_gpu_case_and_sweep_shape_picks_a_recorded_config():
     assert any(table.reduction_tile(M, hidden) < hidden for M, hidden in shapes)  # the prefill order is covered
     for matrix in (P.gpu_cases(), P.gpu_quick_cases()):
         assert len({c.name for c in matrix}) == len(matrix)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_the_cli_command_refuses_without_a_gpu():
+    from inkling_workbook import cli
+
+    with pytest.raises(SystemExit, match="CUDA GPU"):
+        cli.main(["rms-norm-quant", "--quick"])
+    with pytest.raises(SystemExit):
+        cli.main(["rms-norm-quant", "--part", "timing"])  # argparse: not a part
