@@ -754,7 +754,7 @@ def test_gpu_work_list_packed_at_its_31_bit_limit(gen, monkeypatch):
         "_launch_kernel",
         lambda grid, dev, interp, a, kw: launched.append(kw) or launch(grid, dev, interp, a, kw),
     )
-    monkeypatch.setattr(ik.fp8, "_fast_launch", lambda *a: None)  # the name the public functions call
+    monkeypatch.setattr(fp8_mod, "_fast_launch", lambda *a: None)  # the name the public functions call
     monkeypatch.setattr(fp8_mod, "_launch_config", lambda rows, G, group, interpreted: (1, 1, 4))
     monkeypatch.setattr(fp8_mod, "WORK_LIST_PAST", 0)
     E, T = 3, 4096
@@ -796,7 +796,7 @@ def test_gpu_work_list_grid_is_what_the_gpu_holds(gen, monkeypatch):
     monkeypatch.setattr(fp8_mod._fp8_group_kernel, "warmup", lambda *a, **kw: warmups.append(1) or warmup(*a, **kw))
     monkeypatch.setattr(fp8_mod, "_PROGRAMS_AN_SM", {})
     # the general path's own caching is under test: the hot path would repeat its first launch
-    monkeypatch.setattr(ik.fp8, "_fast_launch", lambda *a: None)  # the name the public functions call
+    monkeypatch.setattr(fp8_mod, "_fast_launch", lambda *a: None)  # the name the public functions call
     E, T, N = 8, 2048, 1536
     mm = torch.tensor([2048, 0, 136, 1024, 2040, 512, 8, 1600], dtype=torch.int32, device="cuda")
     gateup = randn((E, T, 2 * N), torch.bfloat16, gen, "cuda")
@@ -1905,7 +1905,7 @@ def test_gpu_fp8_hot_path_launches_what_the_general_path_launches(gen, monkeypat
         n = n[0] if n else N
         want = _poisoned_out(lead, n, n // 128, cm, "cuda")
         with monkeypatch.context() as m:
-            m.setattr(ik.fp8, "_fast_launch", lambda *a: None)  # the general path only
+            m.setattr(fp8_mod, "_fast_launch", lambda *a: None)  # the general path only
             call(want)
         for i in range(3):
             launched.clear()

@@ -1,6 +1,7 @@
 """Issue 11's figures, drawn on the CPU (Agg) from the recorded data: each names the GPU in its
 title, and the floors and ceilings it draws are the record's numbers."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -72,13 +73,16 @@ def test_nvfp4_floors_are_the_records(record, captured, tmp_path):
     floors = {tuple(ln.get_ydata()) for ln in ax.get_lines() if ln.get_linestyle() == "--"}
     fused = nv[nv.impl == "fused"].sort_values(["N", "M"])
     assert {tuple(fused[fused.N == n].fused_floor_us) for n in fused.N.unique()} == floors
-    ipe, src = nvfp4_figures.recorded_nvfp4_instr_per_element(DATA)
-    assert ipe is not None and "tuning_log" in src
+    # the instruction count from the sm_90a compile record, one per N, never parsed from prose
+    ipe, src = nvfp4_figures.compiled_nvfp4_instr_per_element(DATA)
+    assert set(ipe) == {1536, 3072} and "compile_sm90a.json" in src
+    rec = json.loads((DATA / "compile_sm90a.json").read_text())["cases"]
+    assert ipe[3072] == rec["silu_and_mul_nvfp4_quant nil swizzled 8 experts 8192x3072"]["sass_per_element"]
     nvfp4_figures.draw_nvfp4_floors(nv, meta, None, tmp_path / "n2", ipe, src)
     ax = captured[1].axes[0]
     issue = [ln.get_ydata() for ln in ax.get_lines() if ln.get_linestyle() == ":"]
     big = fused[(fused.M == 49152) & (fused.N == 3072)].iloc[0]
-    want = ipe * 49152 * 3072 / (meta["sm_count"] * 128 * nvfp4_figures.recorded_clock_mhz(meta))
+    want = ipe[3072] * 49152 * 3072 / (meta["sm_count"] * 128 * nvfp4_figures.recorded_clock_mhz(meta))
     assert any(np.isclose(np.max(y), want) for y in issue) and want < big.median_us
 
 

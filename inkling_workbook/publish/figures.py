@@ -30,7 +30,7 @@ def draw_all(data_dir: Path, fig_dir: Path) -> list[Path]:
             written += nvfp4_figures.draw_nvfp4(pd.read_csv(nv), meta, fig_dir / f"nvfp4_{gpu}")
             ptx_path = data_dir / f"ptx_{gpu}.json"
             ptx = json.loads(ptx_path.read_text()) if ptx_path.exists() else None
-            ipe, src = nvfp4_figures.recorded_nvfp4_instr_per_element(data_dir)
+            ipe, src = nvfp4_figures.compiled_nvfp4_instr_per_element(data_dir)
             written += nvfp4_figures.draw_nvfp4_floors(
                 pd.read_csv(nv), meta, ptx, fig_dir / f"nvfp4_floors_{gpu}", ipe, src
             )

@@ -27,17 +27,17 @@ def draw_nvfp4(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
             x + (i - (len(impls) - 1) / 2) * w, wide[impl], width=w, label=style.LABELS[impl], color=style.COLORS[impl]
         )
     for xi, r in zip(x, wide.itertuples()):
-        ax.text(xi, r.unfused * 1.25, f"{r.unfused / r.fused:.2f}x", ha="center", fontsize=8)
+        ax.text(xi, r.unfused * 1.25, f"{r.unfused / r.fused:.2f}x", ha="center", fontsize=9)
     ax.set_yscale("log")
-    ax.set_xticks(x, [f"M={int(r.M)}\nN={int(r.N)}" for r in wide.itertuples()], fontsize=8)
-    ax.tick_params(axis="y", labelsize=8)
+    ax.set_xticks(x, [f"M={int(r.M)}\nN={int(r.N)}" for r in wide.itertuples()], fontsize=9)
+    ax.tick_params(axis="y", labelsize=9)
     ax.set_ylabel("median time per call (us, log)", fontsize=9)
     ax.set_title(
         f"{meta.get('device', '?')}: SiLU-and-mul + NVFP4 quant, 8 experts, warm L2 (label: unfused / fused)",
         fontsize=9,
     )
     foot = style._footer(fig, meta, "warm")
-    fig.legend(*ax.get_legend_handles_labels(), fontsize=8, loc="lower center", ncol=2, bbox_to_anchor=(0.5, foot))
+    fig.legend(*ax.get_legend_handles_labels(), fontsize=9, loc="lower center", ncol=2, bbox_to_anchor=(0.5, foot))
     fig.tight_layout(rect=(0, foot + 0.5 / fig.get_figheight(), 1, 1))
     return style._save(fig, out_stem)
 
@@ -65,17 +65,31 @@ def recorded_clock_mhz(meta: dict) -> float | None:
     return float(v) if v not in (None, "", "?") else None
 
 
-def recorded_nvfp4_instr_per_element(data_dir: Path) -> tuple[float | None, str]:
-    """The fused NVFP4 kernel's SASS instructions per output element, and where that was read:
-    ``data/tuning_log.md`` records it (``SASS instructions per element: fused A -> B``: B, the
-    current kernel); the PTX record of the GPU run holds only the silu kernels."""
-    import re
+#: the compile record's case for the fused NVFP4 kernel as the benchmark runs it: gate || up
+#: ("nil"), swizzled scales, 8 experts, bf16, PDL on; its launch plan at M = 8192, per N
+COMPILED_FUSED_CASE = "silu_and_mul_nvfp4_quant nil swizzled 8 experts 8192x{n}"
 
-    log = Path(data_dir) / "tuning_log.md"
-    hits = (
-        re.findall(r"SASS instructions per element: fused [\d.]+ -> ([\d.]+)", log.read_text()) if log.exists() else []
-    )
-    return (float(hits[-1]), "data/tuning_log.md (sm_90 SASS, compiled offline)") if hits else (None, "")
+
+def compiled_nvfp4_instr_per_element(data_dir: Path, target: str = "sm90a") -> tuple[dict[int, float], str]:
+    """The fused NVFP4 kernel's SASS instructions per output element, per N, read from the
+    compile record ``data/compile_<target>.json`` (``python -m inkling_workbook.proofs.blackwell``:
+    Triton and its bundled ptxas on the CPU, SASS counted up to the first ``EXIT``, divided by the
+    elements one thread handles), and a description of where they come from. A static count of
+    the current kernel compiled by the record's Triton, not a hardware counter and not the binary
+    a GPU record timed. Empty when the record is missing."""
+    import json
+
+    path = Path(data_dir) / f"compile_{target}.json"
+    if not path.exists():
+        return {}, ""
+    rec = json.loads(path.read_text())
+    counts = {}
+    for name, case in rec["cases"].items():
+        for n in (1536, 3072):
+            if name == COMPILED_FUSED_CASE.format(n=n) and case.get("sass_per_element") is not None:
+                counts[n] = float(case["sass_per_element"])
+    source = f"data/compile_{target}.json (static SASS count, triton {rec.get('triton', '?')})"
+    return counts, source
 
 
 def draw_nvfp4_floors(
@@ -83,14 +97,14 @@ def draw_nvfp4_floors(
     meta: dict,
     ptx: dict | None,
     out_stem: Path,
-    instr_per_element: float | None = None,
+    instr_per_element: float | dict[int, float] | None = None,
     instr_source: str = "",
 ) -> list[Path]:
     """The fused NVFP4 kernel's median time (bars: the recorded spread) against M per N, with its
     byte floor (the record's ``fused_floor_us``: bytes / the same-pattern ceiling) and its
     instruction-issue floor :func:`issue_floor_us` when an instruction count per element is known
-    (the PTX record's NVFP4 kernel, else ``instr_per_element`` with its source), at the record's
-    SM count and its clock after the sweep."""
+    (the PTX record's NVFP4 kernel, else ``instr_per_element``, one count or one per N, with its
+    source), at the record's SM count and its clock after the sweep."""
     f = nv[nv.impl == "fused"].sort_values(["N", "M"])
     fig, ax = plt.subplots(figsize=(7.5, 5.0))
     ns = sorted(f.N.unique())
@@ -98,7 +112,8 @@ def draw_nvfp4_floors(
     if rec is not None and "instructions_per_element" in rec:
         instr_per_element, instr_source = rec["instructions_per_element"], "the PTX record"
     clock, sms = recorded_clock_mhz(meta), meta.get("sm_count")
-    issue = instr_per_element is not None and clock is not None and sms is not None
+    per_n = instr_per_element if isinstance(instr_per_element, dict) else dict.fromkeys(ns, instr_per_element)
+    issue = all(per_n.get(n) is not None for n in ns) and clock is not None and sms is not None
     for i, n in enumerate(ns):
         d = f[f.N == n]
         c = style._ncolor(i)
@@ -109,18 +124,19 @@ def draw_nvfp4_floors(
         ax.plot(d.M, d.fused_floor_us, ls="--", lw=1, color=c, label=f"byte floor, N={n}")
         if issue:
             ax.plot(
-                d.M, issue_floor_us(instr_per_element, d.M * d.N, sms, clock), ls=":", lw=1.2, color=c,
+                d.M, issue_floor_us(per_n[n], d.M * d.N, sms, clock), ls=":", lw=1.2, color=c,
                 label=f"issue floor, N={n}",
             )  # fmt: skip
         last = d.iloc[-1]
         ax.annotate(
             f"{100 * last.fused_floor_us / last.median_us:.0f}% of byte floor", (last.M, last.median_us),
-            textcoords="offset points", xytext=(-110, 8), fontsize=8, color=c,
+            textcoords="offset points", xytext=(-130, 8), fontsize=9, color=c,
         )  # fmt: skip
     if issue:
+        counts = ", ".join(f"{per_n[n]:g} (N={n})" for n in ns)
         note = (
-            f"issue floor = {instr_per_element} instr/element x M x N / ({sms} SMs x 4 x 32 threads x {clock:.0f} MHz)"
-            f"\ncount: {instr_source}; clock: the record's after the sweep"
+            f"issue floor = instr/element x M x N / ({sms} SMs x 4 x 32 threads x {clock:.0f} MHz)"
+            f"\ninstr/element {counts}\nfrom {instr_source}; clock: the record's after the sweep"
         )
     else:
         note = "instruction-issue floor not drawn: no instruction count per element recorded for this kernel"
@@ -130,14 +146,14 @@ def draw_nvfp4_floors(
     ax.set_xlabel("M (rows, 8 experts)", fontsize=9)
     ax.set_ylabel("us per call (log)", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.tick_params(labelsize=8)
+    ax.tick_params(labelsize=9)
     ax.set_title(
         f"{meta.get('device', '?')}: fused SiLU-and-mul + NVFP4 against its byte and issue floors, warm L2\n{note}",
-        fontsize=8.5,
+        fontsize=9,
     )
     foot = style._footer(fig, meta, "warm")
     handles, labels = ax.get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=len(ns), bbox_to_anchor=(0.5, foot))
+    fig.legend(handles, labels, fontsize=9, loc="lower center", ncol=len(ns), bbox_to_anchor=(0.5, foot))
     fig.tight_layout(rect=(0, foot + 0.65 / fig.get_figheight(), 1, 1))
     return style._save(fig, out_stem)
 
@@ -169,26 +185,26 @@ def nvfp4_error_in_steps(M: int = 128, N: int = 512, seed: int = 5) -> dict[str,
 def draw_nvfp4_error(err: dict[str, np.ndarray], out_stem: Path, where: str | None = None) -> list[Path]:
     """NVFP4 error in units of the block step against the scaled value, with the rounding bound
     (half the e2m1 grid spacing)."""
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8.0, 3.2))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8.0, 3.6))
     ax1.scatter(err["scaled"], err["error"], s=2, alpha=0.3)
     edges = np.array([0, 2, 4, 6])
     for lo, hi, bound in zip(edges[:-1], edges[1:], (0.25, 0.5, 1.0)):
         ax1.hlines(bound, lo, hi, color="crimson", lw=1.2)
     ax1.plot([], [], color="crimson", label="half the e2m1 spacing (rounding bound)")
-    ax1.set_xlabel("|x| / step (scaled value)", fontsize=8)
-    ax1.set_ylabel("|x - dequant| / step", fontsize=8)
-    ax1.legend(fontsize=6.5, loc="upper left")
+    ax1.set_xlabel("|x| / step (scaled value)", fontsize=9)
+    ax1.set_ylabel("|x - dequant| / step", fontsize=9)
+    ax1.legend(fontsize=9, loc="upper left")
     ax2.hist(err["error"], bins=60, color="C0")
     ax2.set_yscale("log")
-    ax2.set_xlabel("|x - dequant| / step (block steps)", fontsize=8)
-    ax2.set_ylabel("elements (count, log)", fontsize=8)
+    ax2.set_xlabel("|x - dequant| / step (block steps)", fontsize=9)
+    ax2.set_ylabel("elements (count, log)", fontsize=9)
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=7)
+        ax.tick_params(labelsize=9)
     fig.suptitle(
         f"{where or style.local_versions_text()}\nNVFP4 quantization error in units of the block step "
         f"(step = e4m3 scale / global scale; {len(err['error'])} elements)",
-        fontsize=8,
+        fontsize=9,
     )
     fig.tight_layout()
     return style._save(fig, out_stem)
@@ -205,19 +221,21 @@ def draw_swizzle(out_stem: Path) -> list[Path]:
     """The 128x4 scale swizzle: logical (row, scale column) coloured by byte offset, corners and
     the row-group boundaries annotated; beside it, memory order as a 32x16 grid of rows."""
     off = swizzle_map()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(7.5, 4.6), gridspec_kw={"width_ratios": [1, 2.2]})
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8.5, 6.0), gridspec_kw={"width_ratios": [1, 1.7]})
     im = ax1.imshow(off, aspect="auto", cmap="viridis", interpolation="nearest")
     for m in (32, 64, 96):
         ax1.axhline(m - 0.5, color="white", lw=0.8)
     for (m, k), y in zip(((0, 0), (0, 3), (31, 3), (32, 0), (127, 3)), (0.98, 0.86, 0.74, 0.62, 0.02)):
         ax1.annotate(
             f"({m},{k}) -> byte {off[m, k]}", (k, m), xytext=(1.25, y), textcoords="axes fraction",
-            fontsize=6.5, va="center", arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "0.3"},
+            fontsize=9, va="center", arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "0.3"},
         )  # fmt: skip
     ax1.set_xticks(range(4))
-    ax1.set_xlabel("scale column k (one per 16 values)", fontsize=8)
-    ax1.set_ylabel("row m of the tile", fontsize=8)
-    fig.colorbar(im, ax=ax1, fraction=0.08, pad=0.02).ax.tick_params(labelsize=6)
+    ax1.set_xlabel("scale column k\n(one per 16 values)", fontsize=9)
+    ax1.set_ylabel("row m of the tile", fontsize=9)
+    cbar = fig.colorbar(im, ax=ax1, orientation="horizontal", fraction=0.05, pad=0.14)
+    cbar.set_label("byte offset", fontsize=9)
+    cbar.ax.tick_params(labelsize=9)
     # memory order: 32 lines of 16 bytes; byte b holds scale (m, k) with m = 32*((b%16)//4) + b//16
     rows_of = np.zeros((32, 16), dtype=int)
     for m in range(128):
@@ -225,19 +243,20 @@ def draw_swizzle(out_stem: Path) -> list[Path]:
             b = off[m, k]
             rows_of[b // 16, b % 16] = m
     ax2.imshow(rows_of // 32, aspect="auto", cmap="tab10", vmin=0, vmax=9, interpolation="nearest")
-    for b in (0, 1, 4, 16, 511):
+    for b in (0, 4, 8, 12, 16, 511):  # labels m,k, a few cells apart so that they stay apart
         r, c = divmod(b, 16)
         m = rows_of[r, c]
         k = int(np.where(off[m] == b)[0][0])
-        ax2.text(c, r, f"{m},{k}", ha="center", va="center", fontsize=5.5, color="white")
-    ax2.set_xlabel("byte within a 16-byte line (4 groups of 4: rows m, m+32, m+64, m+96)", fontsize=7)
-    ax2.set_ylabel("16-byte line (row m mod 32)", fontsize=8)
+        x, ha = (c + 0.45, "right") if c == 15 else (c - 0.45, "left")
+        ax2.text(x, r, f"{m},{k}", ha=ha, va="center", fontsize=9, color="white")
+    ax2.set_xlabel("byte within a 16-byte line\n(4 groups of 4: rows m, m+32, m+64, m+96)", fontsize=9)
+    ax2.set_ylabel("16-byte line (row m mod 32)", fontsize=9)
     for ax in (ax1, ax2):
-        ax.tick_params(labelsize=7)
+        ax.tick_params(labelsize=9)
     fig.suptitle(
-        "NVFP4 128x4 scale swizzle, one tile (512 bytes; labels m,k; colour: m // 32); "
+        "NVFP4 128x4 scale swizzle, one tile (512 bytes; labels m,k; colour: m // 32)\n"
         "offset = (m%32)*16 + (m//32)*4 + k",
-        fontsize=8,
+        fontsize=9,
     )
     fig.tight_layout()
     return style._save(fig, out_stem)
