@@ -117,6 +117,9 @@ EXPERT_COUNTS = {
 @pytest.mark.parametrize("interleaved", [False, True])
 @pytest.mark.parametrize("with_weight", [False, True])
 def test_fused_equals_unfused_equals_reference(N, experts, interleaved, with_weight, gen, device):
+    if N >= 3072 and device.type == "cpu" and experts != "nonuniform":
+        pytest.skip("interpreter time: the widest widths run on the non-uniform split only on the CPU "
+                    "(empty experts, a ragged total); the GPU job runs every split")  # fmt: skip
     counts = EXPERT_COUNTS[experts]
     if N >= 3072 and device.type == "cpu":
         counts = [c // 4 for c in counts]  # interpreter time

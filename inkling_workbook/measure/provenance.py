@@ -170,6 +170,16 @@ def sources_digest(commit: str | None = None, root: Path | None = None) -> str |
     return h.hexdigest()
 
 
+def _kernel_digests() -> dict | None:
+    """Each op's kernel digest (:mod:`.kernel_digest`): which kernel a timing describes."""
+    from . import kernel_digest
+
+    try:
+        return kernel_digest.digests()
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
 def helion_version() -> str | None:
     """The installed helion's version (None without helion): a record names it whether or not it
     ran helion."""
@@ -199,6 +209,7 @@ def collect(command: str | list[str] | None = None) -> dict:
         "command": command,
         "git_commit": git_commit(),
         "sources_sha256": sources_digest(),
+        "kernel_digests": _kernel_digests(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "triton": triton.__version__,

@@ -83,10 +83,19 @@ def headline_markdown(data_dir: Path, method_link: str = "docs/results.md#how-we
     fp8 = pd.read_csv(data_dir / "fp8_bench_h200.csv")
     fp8_meta = json.loads((data_dir / "fp8_bench_h200.json").read_text())
     nv = pd.read_csv(data_dir / "nvfp4_bench_h200.csv")
+    from inkling_workbook.measure import kernel_digest
+
+    head = kernel_digest.digests()
+
+    def measured_at(prov: dict, op: str) -> str:
+        """The record's commit, and whether the op's kernel has changed since (``stale``)."""
+        at = str(prov.get("git_commit"))[:7]
+        return at if op not in kernel_digest.stale_ops(prov, (op,), head) else f"{at}, **stale**"
+
     lines = [
         "| kernel | shape (M x N, warm L2) | port, us [range] | strongest baseline | baseline, us [range] | "
-        "speedup | vs torch.compile |",
-        "|---|---|---:|---|---:|---:|---:|",
+        "speedup | vs torch.compile | measured at |",
+        "|---|---|---:|---|---:|---:|---:|---|",
     ]
     tol = speedup.rerun_tolerance(data_dir / "bench_h200.csv")
     silu = df[(df.op == "silu_and_mul") & (df.group == "source") & (df.l2 == "warm")]
@@ -99,7 +108,8 @@ def headline_markdown(data_dir: Path, method_link: str = "docs/results.md#how-we
         shape = f"{M} x {N} {'interleaved' if layout == 'il' else GATE_UP}{', weights' if w else ''}"
         lines.append(
             f"| `silu_and_mul`, {size} | {shape} | {_us(port)} | {style.LABELS[best.impl]} | {_us(best)} | "
-            f"{_ratio(best, port, tol.get(size, 0.0))} | {_ratio(_best_compile(rows), port, tol.get(size, 0.0))} |"
+            f"{_ratio(best, port, tol.get(size, 0.0))} | {_ratio(_best_compile(rows), port, tol.get(size, 0.0))} | "
+            f"{measured_at(meta, 'silu_and_mul')} |"
         )
     repeat = fp8_figures.fp8_repeat(data_dir / "fp8_bench_h200.csv")
     plain = _plain_fp8(fp8)
@@ -119,7 +129,8 @@ def headline_markdown(data_dir: Path, method_link: str = "docs/results.md#how-we
         label = "silu_and_mul + fp8_group_quant (PDL)" if best is two else "torch.compile (dynamic=False)"
         lines.append(
             f"| `silu_and_mul_fp8_group_quant` | {M} x {N} {GATE_UP}, groups of 128 | {_us(best_port)} | "
-            f"{label} | {_us(best)} | {_ratio(best, best_port, best_tol)} | {_ratio(comp, nopdl, tol_comp)} |"
+            f"{label} | {_us(best)} | {_ratio(best, best_port, best_tol)} | {_ratio(comp, nopdl, tol_comp)} | "
+            f"{measured_at(fp8_meta, 'fp8')} |"
         )
     nv = nv[nv.l2 == "warm"]
     nv_again = data_dir / "nvfp4_bench_quick_h200.csv"
@@ -136,7 +147,8 @@ def headline_markdown(data_dir: Path, method_link: str = "docs/results.md#how-we
         label = "silu_and_mul + nvfp4_quant" if best is two else "torch.compile (dynamic=False)"
         lines.append(
             f"| `silu_and_mul_nvfp4_quant` | {M} x {N} {GATE_UP}, {int(port.experts)} experts | {_us(port)} | "
-            f"{label} | {_us(best)} | {_ratio(best, port, best_tol)} | {_ratio(comp, port, tol_comp)} |"
+            f"{label} | {_us(best)} | {_ratio(best, port, best_tol)} | {_ratio(comp, port, tol_comp)} | "
+            f"{measured_at(meta, 'nvfp4')} |"
         )
     both = pd.concat([speedup.speedup_table(df, l2) for l2 in ("warm", "cold") if (df.l2 == l2).any()])
     parts = []
@@ -159,7 +171,10 @@ def headline_markdown(data_dir: Path, method_link: str = "docs/results.md#how-we
         f"{meta.get('torch')}, triton {meta.get('triton')}, helion {meta.get('helion')}, "
         f"{str(meta.get('date_utc', ''))[:10]}, commit {str(meta.get('git_commit'))[:7]}), "
         f"`data/fp8_bench_h200.csv` ({str(fp8_meta.get('date_utc', ''))[:10]}, commit "
-        f"{str(fp8_meta.get('git_commit'))[:7]}). Method: [How we time]({method_link}).",
+        f"{str(fp8_meta.get('git_commit'))[:7]}). Method: [How we time]({method_link}). "
+        "*Measured at*: the record's commit; **stale** where the op's kernel (its Triton functions and launch "
+        "heuristic, `inkling_workbook/measure/kernel_digest.py`) has changed since: that row describes an "
+        "older kernel than the one that ships, until the `publish` steps of the GPU job re-measure it.",
     ]
     return "\n".join(lines) + "\n"
 
