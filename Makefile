@@ -60,8 +60,11 @@ unit: $(STAMP)
 	$(BIN)/python $(STACK)
 	$(BIN)/python -m pytest tests -q -p no:cacheprovider -n auto
 
+# -n auto --dist loadfile: the notebooks spread over the cores, each notebook's cells in order in one
+# worker (a kernel runs on one core; the chapters are independent of each other)
 nbval: $(STAMP)
-	$(BIN)/python -m pytest --nbval-lax --nbval-sanitize-with notebooks/nbval_sanitize.cfg -p no:cacheprovider -q notebooks
+	$(BIN)/python -m pytest --nbval-lax --nbval-sanitize-with notebooks/nbval_sanitize.cfg -p no:cacheprovider -q \
+	  -n auto --dist loadfile notebooks
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab $(LAB_ROOT) $(LAB_ARGS) notebooks
