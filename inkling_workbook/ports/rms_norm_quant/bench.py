@@ -29,6 +29,7 @@ import torch
 
 import portcheck
 from inkling_workbook.measure import provenance
+from inkling_workbook.ports.common import step_row
 from inkling_workbook.ports.rms_norm_quant import helion as helion_side
 from inkling_workbook.ports.rms_norm_quant import port as port_side
 from inkling_workbook.ports.rms_norm_quant import steps
@@ -145,16 +146,6 @@ def time_shape(M: int, H: int, device: torch.device) -> list[dict]:
         r["vs_helion"] = timing.verdict(r, by["helion"])
         r["vs_compile"] = timing.verdict(r, by["compile"])
     return rows
-
-
-def step_row(s, rep: portcheck.Report) -> dict:
-    elements = sum(o.get("elements", 0) for r in rep.cases for o in r.get("outputs", []))
-    return {
-        "step": s.index, "name": s.name, "change": s.change, "cases": len(rep.cases),
-        "equal_cases": sum(r["ok"] for r in rep.cases), "elements": elements,
-        "mismatching_elements": sum(r.get("mismatches", 0) for r in rep.cases),
-        "first_mismatch": next((r["case"] for r in rep.cases if not r["ok"]), None),
-    }  # fmt: skip
 
 
 def step_spec(name: str) -> str:

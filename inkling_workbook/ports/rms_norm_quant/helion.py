@@ -46,6 +46,7 @@ import importlib.util
 import torch
 
 from inkling_kernels import _backend
+from inkling_workbook.ports.common import HelionBackend
 from inkling_workbook.ports.rms_norm_quant import interp
 from inkling_workbook.ports.rms_norm_quant.formats import FP8_MAX, MIN_SCALE, OUT_DTYPE
 from inkling_workbook.ports.rms_norm_quant.port import check_args, check_config_rows, empty_outputs
@@ -78,17 +79,7 @@ def helion_kernel(key: tuple[int, int]):
     return _helion_kernels.make(helion.Config(**entry["config"]))
 
 
-_backend_in_use: list[str] = []
-
-
-def _claim_backend(kind: str) -> None:
-    if not _backend_in_use:
-        _backend_in_use.append(kind)
-    elif _backend_in_use[0] != kind:
-        raise RuntimeError(
-            f"the helion original already ran {_backend_in_use[0]} in this process; helion reuses its generated "
-            f"module across devices, so it cannot also run {kind} here: use a separate process"
-        )
+_claim_backend = HelionBackend("the helion original").claim  # one backend a process (see HelionBackend)
 
 
 def rms_norm_quant_helion(x, weight, *, epsilon=EPS, scale_ub=None, residual=None, out=None, config_rows=None):

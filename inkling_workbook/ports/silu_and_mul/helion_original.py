@@ -33,6 +33,7 @@ import torch
 
 from inkling_kernels import _backend
 from inkling_kernels.silu_and_mul import _check_args
+from inkling_workbook.ports.common import HelionBackend
 
 INSTALL_HINT = (
     "the helion originals need helion 1.4.0: pip install 'inkling-kernels[helion]' (or pip install helion==1.4.0)"
@@ -114,20 +115,7 @@ def helion_kernel(
     return _helion_kernels.make(fn, _helion_config(config, two_n, weighted))
 
 
-_backend_in_use: list[str] = []
-
-
-def _claim_backend(kind: str) -> None:
-    """helion caches the Triton module it generates by its source text, and the source is the same
-    for CUDA and CPU tensors: a process that ran the originals compiled would hand a CPU tensor
-    to the compiled kernel (and the reverse). So one process uses one backend for them."""
-    if not _backend_in_use:
-        _backend_in_use.append(kind)
-    elif _backend_in_use[0] != kind:
-        raise RuntimeError(
-            f"the helion originals already ran {_backend_in_use[0]} in this process; helion reuses its generated "
-            f"module across devices, so they cannot also run {kind} here: use a separate process"
-        )
+_claim_backend = HelionBackend("the helion originals").claim  # one backend a process (see HelionBackend)
 
 
 def silu_and_mul_helion(
@@ -144,7 +132,7 @@ def silu_and_mul_helion(
     ``config``: ``"fixed"`` (1x256 tile, 4 warps) or ``"sm90_table"`` (what production ran on
     sm_90, see :data:`CONFIGS`). ``gateup`` rows must be contiguous (the original kernels take a
     ``view``). In one process the originals run on one backend only, compiled (CUDA) or
-    interpreted (CPU); see :func:`_claim_backend`.
+    interpreted (CPU); see :class:`inkling_workbook.ports.common.HelionBackend`.
     """
     M, N = _check_args(gateup, topk_weights, out_dtype, out, interleaved)
     if not gateup.is_contiguous():

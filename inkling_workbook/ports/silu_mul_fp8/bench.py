@@ -29,6 +29,7 @@ import torch
 
 import portcheck
 from inkling_workbook.measure import provenance
+from inkling_workbook.ports.common import step_row
 from inkling_workbook.ports.silu_mul_fp8 import helion as helion_side
 from inkling_workbook.ports.silu_mul_fp8 import port as port_side
 from inkling_workbook.ports.silu_mul_fp8 import steps as steps
@@ -177,17 +178,7 @@ def step_tallies(cases, device: torch.device, progress: bool = True) -> list[dic
         portcheck.run(helion_side.silu_mul_fp8_helion, steps.step_fn(s.name), cases, device, code=False)
         for s in _progress(steps.STEPS, "port steps", progress)
     ]
-    return [_step_row(s, rep) for s, rep in zip(steps.STEPS, reports)]
-
-
-def _step_row(s, rep: portcheck.Report) -> dict:
-    elements = sum(o.get("elements", 0) for r in rep.cases for o in r.get("outputs", []))
-    return {
-        "step": s.index, "name": s.name, "change": s.change, "cases": len(rep.cases),
-        "equal_cases": sum(r["ok"] for r in rep.cases), "elements": elements,
-        "mismatching_elements": sum(r.get("mismatches", 0) for r in rep.cases),
-        "first_mismatch": next((r["case"] for r in rep.cases if not r["ok"]), None),
-    }  # fmt: skip
+    return [step_row(s, rep) for s, rep in zip(steps.STEPS, reports)]
 
 
 def step_spec(name: str) -> str:
@@ -350,7 +341,7 @@ def run(
         doc = json.loads(pc_json.read_text()) if pc_json.exists() else {"tally": None}
     if want_steps:
         if pending:
-            doc["steps"] = [_step_row(s, pending["steps"][s.name].result()) for s in steps.STEPS]
+            doc["steps"] = [step_row(s, pending["steps"][s.name].result()) for s in steps.STEPS]
         else:
             doc["steps"] = step_tallies(cases, device, progress)
         if "check" not in parts:

@@ -49,6 +49,7 @@ from pathlib import Path
 import torch
 
 from inkling_kernels import _backend
+from inkling_workbook.ports.common import HelionBackend
 from inkling_workbook.ports.silu_mul_fp8.port import OUT_DTYPE, check_args
 
 INSTALL_HINT = "the helion original needs helion 1.4.0: pip install 'inkling-kernels[helion]'"
@@ -118,17 +119,7 @@ def helion_fields(config: dict) -> dict:
     return {k: v for k, v in config.items() if not (k.startswith("range_") and is_default(v))}
 
 
-_backend_in_use: list[str] = []
-
-
-def _claim_backend(kind: str) -> None:
-    if not _backend_in_use:
-        _backend_in_use.append(kind)
-    elif _backend_in_use[0] != kind:
-        raise RuntimeError(
-            f"the helion original already ran {_backend_in_use[0]} in this process; helion reuses its generated "
-            f"module across devices, so it cannot also run {kind} here: use a separate process"
-        )
+_claim_backend = HelionBackend("the helion original").claim  # one backend a process (see HelionBackend)
 
 
 def silu_mul_fp8_helion(x: torch.Tensor, scale: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
