@@ -172,38 +172,33 @@ def _decode(args) -> int:
     return 0 if json.loads(Path(json_path).read_text())["bits_equal_all"] else 1
 
 
-def _silu_mul_fp8(args) -> int:
+def _port_records(bench, args) -> int:
+    """A port's GPU records (``bench``: its folder's ``bench`` module): portcheck, the steps, the sweep."""
     from inkling_workbook.measure import timing
-    from inkling_workbook.ports.silu_mul_fp8 import bench as silu_mul_fp8_bench
 
     timing.require_gpu()
-    parts = silu_mul_fp8_bench.PARTS if args.part == "all" else (args.part,)
+    parts = bench.PARTS if args.part == "all" else (args.part,)
     jobs = args.jobs if args.jobs is not None else max(1, min(12, (os.cpu_count() or 2) - 2))
-    doc = silu_mul_fp8_bench.run(args.out, quick=args.quick, progress=not args.no_progress, parts=parts, jobs=jobs)
+    doc = bench.run(args.out, quick=args.quick, progress=not args.no_progress, parts=parts, jobs=jobs)
     print(doc["tally"])
     for step in doc.get("steps", []):
         print(f"step {step['step']} {step['name']}: {step['equal_cases']}/{step['cases']} cases equal")
     if doc["rows"]:
-        print(silu_mul_fp8_bench.summary(doc["rows"]))
+        print(bench.summary(doc["rows"]))
     print(f"wrote {doc['portcheck']}" + (f", {doc['bench_csv']} and {doc['bench_json']}" if doc["bench_csv"] else ""))
     return 0 if doc["ok"] else 1
+
+
+def _silu_mul_fp8(args) -> int:
+    from inkling_workbook.ports.silu_mul_fp8 import bench
+
+    return _port_records(bench, args)
 
 
 def _rms_norm_quant(args) -> int:
-    from inkling_workbook.measure import timing
-    from inkling_workbook.ports.rms_norm_quant import bench as rms_norm_quant_bench
+    from inkling_workbook.ports.rms_norm_quant import bench
 
-    timing.require_gpu()
-    parts = rms_norm_quant_bench.PARTS if args.part == "all" else (args.part,)
-    jobs = args.jobs if args.jobs is not None else max(1, min(12, (os.cpu_count() or 2) - 2))
-    doc = rms_norm_quant_bench.run(args.out, quick=args.quick, progress=not args.no_progress, parts=parts, jobs=jobs)
-    print(doc["tally"])
-    for step in doc.get("steps", []):
-        print(f"step {step['step']} {step['name']}: {step['equal_cases']}/{step['cases']} cases equal")
-    if doc["rows"]:
-        print(rms_norm_quant_bench.summary(doc["rows"]))
-    print(f"wrote {doc['portcheck']}" + (f", {doc['bench_csv']} and {doc['bench_json']}" if doc["bench_csv"] else ""))
-    return 0 if doc["ok"] else 1
+    return _port_records(bench, args)
 
 
 def _info(args) -> int:
