@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("server-chain", help="the activation between two GEMMs launched without PDL (GPU only)")
     p.add_argument("--quick", action="store_true", help="two shapes (the GPU job's smoke)")
     p.add_argument("--out", help="CSV output (default data/server_chain_<gpu>.csv; a .json beside it)")
-    p.add_argument("--budget-s", type=float, default=240.0, help="start no new case after this many seconds")
+    p.add_argument("--budget-s", type=float, default=150.0, help="start no new case after this many seconds")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(fn=_server_chain)
     p = sub.add_parser("steps", help="time every step of the port and the package kernel (GPU only)")
