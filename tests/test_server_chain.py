@@ -321,7 +321,7 @@ def test_the_record_end_to_end_cpu(monkeypatch, tmp_path, fetched, interpretable
     assert doc["columns"]["A"]["pairs"] == pairing.pairs(sc.CHAIN_A_COLUMNS)
     assert doc["columns"]["B"]["pairs"] == pairing.pairs(sc.CHAIN_B_COLUMNS)
     assert doc["anchors"]["sglang"]["wheel_sha256"] == A.ANCHORS["sglang"]["sha256"]
-    assert doc["gemm2"]["chain_B"]["256"]["mode"] == "standin"
+    assert doc["gemm2"]["chain_B"]["N=256 H=256"]["mode"] == "standin"
     assert doc["timing"]["passes"] == sc.PASSES and "chain hi - floor lo" in doc["timing"]["marginal"]
     assert doc["pdl_default"]["summary"].startswith("server chain, the port with PDL vs without")
     skipped = {(s["case"], s["impl"]) for s in doc["anchor_skipped"]}

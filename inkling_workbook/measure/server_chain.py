@@ -156,8 +156,8 @@ def skipped(case: Case, device="cuda") -> dict[str, str]:
 # ---- the chains --------------------------------------------------------------------------------
 
 
-def fp8_gemm2_mode(device, N: int) -> tuple[str, str]:
-    """How chain B's GEMM2 runs at width ``N`` on ``device``: ``("scaled_mm", why)`` (blockwise FP8
+def fp8_gemm2_mode(device, N: int, H: int = HIDDEN) -> tuple[str, str]:
+    """How chain B's GEMM2 ``[M, N] x [N, H]`` runs on ``device``: ``("scaled_mm", why)`` (blockwise FP8
     ``torch._scaled_mm``, probed once here against the dequantized product), ``("bf16_dequant",
     why)`` (torch refuses or misreads these scales: a bf16 ``torch.mm`` on the activation
     dequantized once before timing, the neighbour's launch without its FP8 math) or on the CPU
@@ -173,7 +173,7 @@ def fp8_gemm2_mode(device, N: int) -> tuple[str, str]:
         return "bf16_dequant", f"no blockwise FP8 torch._scaled_mm below sm_90: {fallback}"
     g = torch.Generator(device=device).manual_seed(5)
     q, s = fp8_group_quant(torch.randn((16, N), device=device, generator=g).bfloat16(), GROUP, scale_layout="cublas")
-    wq, ws = layer.quantize_weight_blockwise(torch.randn((128, N), device=device, generator=g) * 0.05)
+    wq, ws = layer.quantize_weight_blockwise(torch.randn((H, N), device=device, generator=g) * 0.05)
     want = layer.scaled_mm_standin(q, s, wq, ws).float()
     try:
         got = torch._scaled_mm(q, wq.t(), scale_a=s, scale_b=layer._scale_b(ws), out_dtype=torch.bfloat16).float()
@@ -284,7 +284,7 @@ def build(case: Case, device="cuda", bufs: dict | None = None, gemm2_mode: tuple
                                               column_major_scales=True)  # fmt: skip
     if "vllm_silu_mul_fp8_colmajor" in keys:
         acts["vllm_silu_mul_fp8_colmajor"] = lambda g, fn=fns["vllm_silu_mul_fp8_colmajor"]: fn(g, GROUP)
-    mode = gemm2_mode or fp8_gemm2_mode(device, case.N)
+    mode = gemm2_mode or fp8_gemm2_mode(device, case.N, case.H)
     gemm2 = _fp8_gemm2(mode[0], bufs, q, s)
     calls = {k: (lambda f=f: (f(torch.mm(x, w1)), gemm2(q, s))[1]) for k, f in acts.items()}
     calls["gemms_only"] = lambda: (torch.mm(x, w1), gemm2(q, s))[1]
@@ -470,9 +470,9 @@ def bench_cases(cases: list[Case], device="cuda", budget_s: float | None = BUDGE
                 skipped_for_time.append(case.label)
             continue
         it.set_postfix_str(case.label)
-        if case.chain == "B" and case.N not in modes:
-            modes[case.N] = fp8_gemm2_mode(device, case.N)
-        built = build(case, device, gemm2_mode=modes.get(case.N) if case.chain == "B" else None)
+        if case.chain == "B" and (case.N, case.H) not in modes:
+            modes[(case.N, case.H)] = fp8_gemm2_mode(device, case.N, case.H)
+        built = build(case, device, gemm2_mode=modes.get((case.N, case.H)) if case.chain == "B" else None)
         if anchor_skipped is not None:
             anchor_skipped += [{"case": case.label, "impl": k, "column": COLUMNS[case.chain][k].label, "reason": r}
                                for k, r in built.skipped.items()]  # fmt: skip
@@ -511,11 +511,11 @@ def run(out: str | Path | None = None, quick: bool = False, budget_s: float | No
     meta["chain_tolerance"] = CHAIN_TOLERANCE
     skipped_for_time: list[str] = []
     anchor_skipped: list[dict] = []
-    modes: dict[int, tuple[str, str]] = {}
+    modes: dict[tuple[int, int], tuple[str, str]] = {}
     rows, ok = bench_cases(cases, device, budget_s, progress, skipped_for_time, anchor_skipped, modes)
     meta["gemm2"] = {
         "chain_A": "torch.mm (cuBLAS bf16), [M, N] x [N, H]",
-        "chain_B": {str(n): {"mode": m, "why": why} for n, (m, why) in sorted(modes.items())},
+        "chain_B": {f"N={n} H={h}": {"mode": m, "why": why} for (n, h), (m, why) in sorted(modes.items())},
         "chain_B_input": "our ports write the 'cublas' (q, s) GEMM2 reads; an anchor writes its own outputs and "
         "GEMM2 reads ours (same shape): its launch and stream dependency are real, its input values are not "
         "the anchor's",
