@@ -18,8 +18,8 @@ least 100 calls and about 1 ms a replay, interleaved passes, median and the pass
   activation and 128x128 weight scales, where torch runs it correctly at this N; else a bf16
   ``torch.mm`` on the activation dequantized once before timing, and the record says which).
   Columns (:data:`CHAIN_B_COLUMNS`): the fused op with and without PDL; our two-kernel path
-  (``silu_and_mul`` then ``fp8_group_quant``) with and without PDL, as the port of the quantizer
-  anchors; the FP8 anchors of :mod:`.fp8_anchors` where their layout is this chain's (sglang's and
+  (``silu_and_mul`` then ``fp8_group_quant``) without PDL, the port the quantizer anchors (no
+  PDL) pair with; the FP8 anchors of :mod:`.fp8_anchors` where their layout is this chain's (sglang's and
   vLLM's Triton quantizers after our ``silu_and_mul`` without PDL; vLLM's fused column-major
   kernel at M a multiple of 128; the masked ``[E, T, 2N]`` anchors are skipped with their reason);
   the GEMMs alone. Our ports write the ``"cublas"`` scale layout into buffers that GEMM2 reads;
@@ -90,8 +90,6 @@ CHAIN_B_COLUMNS: dict[str, Column] = {
     "fused_pdl": Column("fused_pdl", "inkling", "", "silu_and_mul_fp8_group_quant", _CUBLAS, True, "port",
                         op="fp8_fused"),
     "fused": Column("fused", "inkling", "", "silu_and_mul_fp8_group_quant", _CUBLAS, False, "port", op="fp8_fused"),
-    "unfused_pdl": Column("unfused_pdl", "inkling", "", "silu_and_mul then fp8_group_quant", _CUBLAS, True, "port",
-                          op="fp8_quant"),
     "unfused": Column("unfused", "inkling", "", "silu_and_mul then fp8_group_quant", _CUBLAS, False, "port",
                       op="fp8_quant"),
     **{k: dataclasses.replace(_FP8[k], config=f"{_FP8[k].config}, {_AFTER}")
@@ -128,9 +126,10 @@ class Case:
 
 
 def grid(quick: bool = False, ms=GRID_M, ns=GRID_N, hidden: int = HIDDEN) -> list[Case]:
-    """Every case, shape by shape: chain A gate || up, chain A interleaved, chain B (gate || up,
-    the FP8 GEMM's layout). ``quick``: the shapes of :data:`QUICK`."""
-    shapes = QUICK if quick else [(m, n) for n in ns for m in ms]
+    """Every case, shape by shape, M ascending (a time budget drops the largest M first; the
+    decode sizes come first): chain A gate || up, chain A interleaved, chain B (gate || up, the FP8
+    GEMM's layout). ``quick``: the shapes of :data:`QUICK`."""
+    shapes = QUICK if quick else [(m, n) for m in sorted(ms) for n in ns]
     out = []
     for m, n in shapes:
         out += [Case("A", m, n, hidden, False), Case("A", m, n, hidden, True), Case("B", m, n, hidden, False)]
@@ -275,7 +274,6 @@ def build(case: Case, device="cuda", bufs: dict | None = None, gemm2_mode: tuple
                                                             enable_pdl=True),
         "fused": lambda g: silu_and_mul_fp8_group_quant(g, interleaved=False, scale_layout="cublas", out=out,
                                                         enable_pdl=False),
-        "unfused_pdl": lambda g: unfused(g, True),
         "unfused": lambda g: unfused(g, False),
     }  # fmt: skip
     for k in ("sglang_fp8_group_quant", "vllm_fp8_group_quant"):
@@ -334,10 +332,10 @@ def check(built: Built) -> dict[str, dict]:
         return out
     q, s = built.fp8_out
     fused = {}
-    for k in ("fused_pdl", "fused", "unfused_pdl", "unfused"):
+    for k in ("fused_pdl", "fused", "unfused"):
         out[k]["chain_rel_err"] = _rel_err(built.calls[k]()[:M], ref)  # writes (q, s) then GEMM2 reads them
         fused[k] = (q.clone(), s.clone())
-    for k in ("fused_pdl", "unfused_pdl", "unfused"):
+    for k in ("fused_pdl", "unfused"):
         out[k]["fused_equals_unfused"] = _bits_equal(fused[k][0], fused["fused"][0]) and _bits_equal(
             fused[k][1], fused["fused"][1]
         )
@@ -437,8 +435,7 @@ def pdl_evidence(rows: list[dict]) -> dict:
                               "pdl_us": r["median_us"], "pdl_range": [r["lo_us"], r["hi_us"]],
                               "no_pdl_over_pdl": r["pdl_speedup"], "faster": _FASTER[r["pdl_verdict"]]})  # fmt: skip
     parts = []
-    for name, chain, op in (("chain A silu_and_mul", "A", "silu_and_mul"), ("chain B fused FP8", "B", "fp8_fused"),
-                            ("chain B two-kernel FP8", "B", "fp8_quant")):  # fmt: skip
+    for name, chain, op in (("chain A silu_and_mul", "A", "silu_and_mul"), ("chain B fused FP8", "B", "fp8_fused")):
         got = [p["faster"] for p in per_shape if p["chain"] == chain and p["op"] == op]
         if got:
             parts.append(f"{name}: PDL on faster on {got.count('PDL on')}, off faster on {got.count('PDL off')}, "
