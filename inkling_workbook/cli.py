@@ -1,5 +1,5 @@
-"""``python -m inkling_workbook {check,portcheck,bench,decode,serving,steps,fp8-steps,fusion,moe-layer,
-silu-mul-fp8,rms-norm-quant,figures,results,info}``."""
+"""``python -m inkling_workbook {check,portcheck,bench,decode,serving,server-chain,steps,fp8-steps,fusion,
+moe-layer,silu-mul-fp8,rms-norm-quant,figures,results,info}``."""
 
 from __future__ import annotations
 
@@ -75,6 +75,19 @@ def _serving(args) -> int:
     print(json.dumps({k: v for k, v in doc.items() if k != "provenance"}, indent=1))
     print(f"wrote {out}")
     return 0
+
+
+def _server_chain(args) -> int:
+    from inkling_workbook.measure import server_chain, timing
+
+    timing.require_gpu()
+    csv_path, json_path, rows, meta = server_chain.run(
+        args.out, quick=args.quick, budget_s=args.budget_s, progress=not args.no_progress
+    )
+    print(server_chain.summary(rows))
+    print(meta["pdl_default"]["summary"])
+    print(f"wrote {csv_path} and {json_path}")
+    return 0 if meta["checks_ok"] else 1
 
 
 def _steps(args) -> int:
@@ -232,6 +245,12 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("serving", help="PDL in a decode chain, host time per call (GPU only)")
     p.add_argument("--out", help="JSON output (default data/serving_<gpu>.json)")
     p.set_defaults(fn=_serving)
+    p = sub.add_parser("server-chain", help="the activation between two GEMMs launched without PDL (GPU only)")
+    p.add_argument("--quick", action="store_true", help="two shapes (the GPU job's smoke)")
+    p.add_argument("--out", help="CSV output (default data/server_chain_<gpu>.csv; a .json beside it)")
+    p.add_argument("--budget-s", type=float, default=150.0, help="start no new case after this many seconds")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(fn=_server_chain)
     p = sub.add_parser("steps", help="time every step of the port and the package kernel (GPU only)")
     p.add_argument("--out", help="CSV output (default data/port_steps_<gpu>.csv; a .json beside it)")
     p.set_defaults(fn=_steps)

@@ -12,7 +12,7 @@
 #
 # STEPS, a comma list; `check` (the default) is the GPU job, `publish` the measurements:
 #   check      = tests,bitwise,smoke,notebook06,sanitize,notebooks
-#   publish    = bench,serving,decode,moe,silufp8,rmsquant,fusion
+#   publish    = bench,serving,decode,moe,silufp8,rmsquant,fusion,chain
 # The GPU job (`check`) is what an issue that changes code the GPU runs must pass at the commit
 # that resolves it. It verifies; it does not write the published timings. Those are the
 # `publish` steps, run at a commit whose kernels are the head's when numbers are republished:
@@ -31,7 +31,7 @@
 #              steps, the FP8 steps (each step checked against the kernel, then timed), the
 #              decode sweep (its first shapes), the MoE layer at M = 16 (accuracy, bitwise, eager
 #              and compiled), the second port and the third (`--quick`: portcheck over each GPU
-#              matrix, each timing sweep on a few of its shapes)
+#              matrix, each timing sweep on a few of its shapes), the server chain (`--quick`: two shapes)
 #   notebook06 notebook 06 alone on the GPU (it re-measures its quick sweep into data/)
 #   sanitize   compute-sanitizer memcheck over the kernel test files in four processes, then
 #              racecheck and initcheck
@@ -50,6 +50,8 @@
 #              processes, then the timing sweep -> data/silu_mul_fp8_*_<gpu>.*
 #   rmsquant   the third port (notebook 10): portcheck over its GPU matrix and the steps in 12
 #              processes, then the timing sweep -> data/rms_norm_quant_*_<gpu>.*
+#   chain      the activation between two GEMMs launched without PDL (bf16 chain, FP8 chain; port
+#              with and without PDL, the anchors, the GEMMs alone) -> data/server_chain_<gpu>.csv, .json
 #   fusion     every op's bits under TRITON_DEFAULT_FP_FUSION=0 and =1, helion and torch.compile
 #              beside them -> data/fp_fusion_<gpu>.json (the GPU job's
 #              tests check the package's bits under both settings; this step writes the record)
@@ -71,7 +73,7 @@ set -uo pipefail
 OUT_DIR=${1:-${OUT:-build/gpu_job}}
 STEPS=${2:-check}
 STEPS=${STEPS//check/tests,bitwise,smoke,notebook06,sanitize,notebooks}
-STEPS=${STEPS//publish/bench,serving,decode,moe,silufp8,rmsquant,fusion}
+STEPS=${STEPS//publish/bench,serving,decode,moe,silufp8,rmsquant,fusion,chain}
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 echo $$ >"$OUT_DIR/pid"
@@ -147,8 +149,8 @@ START=$SECONDS
 # pack: the records and notebooks written so far, into the tarball (rewritten after every phase)
 pack() { tar czf "$OUT_DIR/publish_$GPU.tar.gz" data notebooks/*.ipynb; }
 
-if want smoke || want bench || want serving || want fp8steps || want decode || want moe || want silufp8 || want rmsquant; then
-  echo "=== phase 1, alone on the GPU: $(for s in smoke bench serving fp8steps decode moe silufp8 rmsquant; do want $s && printf '%s ' $s; done)($(stamp))"
+if want smoke || want bench || want serving || want fp8steps || want decode || want moe || want silufp8 || want rmsquant || want chain; then
+  echo "=== phase 1, alone on the GPU: $(for s in smoke bench serving fp8steps decode moe silufp8 rmsquant chain; do want $s && printf '%s ' $s; done)($(stamp))"
   if want smoke; then
     # every measurement command on a small grid; what they write goes to a scratch folder, never
     # to data/ (a smoke record is not a published number)
@@ -162,7 +164,8 @@ if want smoke || want bench || want serving || want fp8steps || want decode || w
     run smoke_moe $PY -m inkling_workbook moe-layer --out "$SMOKE" --ms 16 --no-progress
     run smoke_silufp8 $PY -m inkling_workbook silu-mul-fp8 --out "$SMOKE" --quick --jobs 12 --no-progress
     run smoke_rmsquant $PY -m inkling_workbook rms-norm-quant --out "$SMOKE" --quick --jobs 12 --no-progress
-    show timing smoke_serving smoke_steps smoke_fp8steps smoke_decode smoke_moe smoke_silufp8 smoke_rmsquant
+    run smoke_chain $PY -m inkling_workbook server-chain --quick --no-progress --out "$SMOKE/data/server_chain.csv"
+    show timing smoke_serving smoke_steps smoke_fp8steps smoke_decode smoke_moe smoke_silufp8 smoke_rmsquant smoke_chain
   fi
   want bench && run bench $PY -m inkling_workbook bench --cold-l2 --no-tune
   if want serving; then
@@ -176,7 +179,8 @@ if want smoke || want bench || want serving || want fp8steps || want decode || w
   # the check, the steps and the sweep's compiles in 12 processes, then the timing alone
   want silufp8 && run silufp8 $PY -m inkling_workbook silu-mul-fp8 --jobs 12 --no-progress
   want rmsquant && run rmsquant $PY -m inkling_workbook rms-norm-quant --jobs 12 --no-progress
-  show bench serving steps fp8steps decode moe silufp8 rmsquant
+  want chain && run chain $PY -m inkling_workbook server-chain --no-progress
+  show bench serving steps fp8steps decode moe silufp8 rmsquant chain
   pack
 fi
 
