@@ -56,7 +56,7 @@ def test_each_column_compiles_its_own_code_object():
 def test_compile_fresh_refuses_an_unknown_mode():
     with pytest.raises(ValueError, match="mode must be one of"):
         cb.compile_fresh(_tiny, [((torch.randn(2),), ())], mode="reduce-overhead", backend="eager")
-    assert "cudagraphs off" in cb.mode_config("max_autotune") and "fresh" in cb.mode_config("default")
+    assert "CUDA graphs off" in cb.mode_config("max_autotune") and "fresh" in cb.mode_config("default")
 
 
 def test_inductor_fresh_cache_misses_where_a_plain_recompile_hits():

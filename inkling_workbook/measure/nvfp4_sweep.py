@@ -170,7 +170,7 @@ def bench_nvfp4(ceiling_tbps: float, quick: bool = False, progress: bool = True,
                     }
                 )
             del sets, per_set, calls
-        del first, compiled
+        del first
     return rows
 
 

@@ -16,7 +16,8 @@ Method (per implementation and shape):
 5. Replay the graph ``rounds`` (10) times, each timed with CUDA events; per-call time = replay
    time / calls. Every shape is timed in passes interleaved across the implementations (pass 1:
    every implementation, then pass 2, ..., the order rotated from pass to pass), three at
-   every size (decode, M <= 16, and above; the FP8 sweep five past decode); each pass replays every graph ``rounds`` times.
+   every size (decode, M <= 16, and above; the FP8 sweep five past decode); each pass replays
+   every graph ``rounds`` times.
    The SM clock is read after each shape.
 6. Report the median over all replays and the spread: ``lo_us``/``hi_us`` are the lowest and
    highest per-pass median (with a single pass, the replays' quartiles; ``min_us``/``max_us``
