@@ -169,3 +169,142 @@ def test_every_planned_sweep_row_meets_the_rule():
                 assert timing.meets_replay_rule(reps, per_call), (nbytes, sets, per_call, reps)
                 checked += 1
     assert checked == 4 * len(rows) > 400
+
+
+# ---- the sweeps' compile columns, wired (CPU, dynamo's eager backend: graphs counted, no inductor) ----
+
+
+@pytest.fixture
+def eager_compiles(monkeypatch):
+    """Every fresh compile of the sweeps through dynamo's eager backend (fast on the CPU), with
+    the calls logged: (function name, mode, dynamic, first-call shapes); new states counted."""
+    log, states = [], []
+    real = cb.compile_fresh
+
+    def compile_fresh(fn, calls, *, mode="default", dynamic=False, backend="inductor", tag=None):
+        log.append((fn.__name__, mode, dynamic, [tuple(a[0].shape) for a, _ in calls]))
+        return real(fn, calls, mode=mode, dynamic=dynamic, backend="eager", tag=tag)
+
+    real_state = cb.new_state
+    monkeypatch.setattr(cb, "compile_fresh", compile_fresh)
+    monkeypatch.setattr(cb, "new_state", lambda: states.append(1) or real_state())
+    return log, states
+
+
+def test_silu_compile_columns_fresh_per_shape(monkeypatch, eager_compiles):
+    from inkling_kernels.reference import silu_and_mul_ref
+    from inkling_workbook.measure import bench
+
+    log, states = eager_compiles
+    gen = torch.Generator().manual_seed(0)
+
+    def buffers(shape, sets):
+        return [(torch.randn((shape.M, 2 * shape.N), generator=gen).bfloat16(),
+                 torch.rand(shape.M, generator=gen) if shape.weighted else None) for _ in range(sets)]  # fmt: skip
+
+    monkeypatch.setattr(bench, "_buffers", buffers)
+    monkeypatch.setattr(bench, "DYNAMIC_M_COMPILE_AT", 64)  # the compile size, small on the CPU
+    named, other = bench.Shape(384, 1024, True, True, "source"), bench.Shape(16, 256, False, False, "decode")
+    assert (
+        bench._shape_key(named) in bench.MAX_AUTOTUNE_SHAPES
+        and bench._shape_key(other) not in bench.MAX_AUTOTUNE_SHAPES
+    )
+    for shape in (named, other):
+        log.clear()
+        info: dict = {}
+        impls = bench.compile_implementations(shape, info=info)
+        want = ["compile_static", "compile_static_max_autotune", "compile_dynamic_m"]
+        if shape is other:
+            want.remove("compile_static_max_autotune")
+        assert list(impls) == want and list(info) == want  # the static columns first, M-dynamic last
+        shape2 = (shape.M, 2 * shape.N)
+        assert [(name, mode) for name, mode, _, _ in log] == [
+            ("_ref_for_static_compile", "default"), ("_ref_for_static_compile", "max_autotune"),
+            ("_ref_for_dynamic_m_compile", "default"),
+        ][: len(want) - 1] + [("_ref_for_dynamic_m_compile", "default")]  # fmt: skip
+        assert log[-1][3] == [(64, 2 * shape.N), shape2]  # compiled at the large M, then at the shape
+        assert all(i["graphs"] >= 1 for i in info.values())
+        for key, (fn, config) in impls.items():
+            assert config == bench.COLUMNS[key].config and "fresh compile per shape" in config
+            x, w = buffers(shape, 1)[0]
+            assert torch.equal(fn(x, w), silu_and_mul_ref(x, w, interleaved=shape.interleaved)), key
+    assert len(states) == 2  # one fresh state per shape
+    assert bench.compile_implementations(other, keys=[]) == {} and len(states) == 2
+
+
+def test_nvfp4_compile_columns_fresh_per_shape(eager_compiles):
+    from inkling_workbook.measure import nvfp4_sweep
+
+    log, states = eager_compiles
+    M, N = 128, 3072
+    assert (M, N) in nvfp4_sweep.NVFP4_MAX_AUTOTUNE and (1024, 1536) not in nvfp4_sweep.NVFP4_MAX_AUTOTUNE
+    gateup = torch.randn(M, 2 * N).bfloat16()
+    row_gs = torch.full((M, 1), 100.0)
+    first = {"gateup": gateup, "row_gs": row_gs}
+    info: dict = {}
+    fns = nvfp4_sweep._compile_columns(M, N, first, info)
+    assert list(fns) == list(info) == ["compile_static", "compile_static_max_autotune"] and len(states) == 1
+    assert [m for _, m, _, _ in log] == ["default", "max_autotune"]
+    want = nvfp4_sweep._nvfp4_fused_ref(gateup, row_gs)
+    for fn in fns.values():
+        assert all(torch.equal(a, b) for a, b in zip(fn(gateup, row_gs), want))
+    assert list(nvfp4_sweep._compile_columns(M, N, first, {}, max_autotune=False)) == ["compile_static"]
+    small = {"gateup": torch.randn(1024, 3072).bfloat16(), "row_gs": torch.full((1024, 1), 100.0)}
+    assert list(nvfp4_sweep._compile_columns(1024, 1536, small, {})) == ["compile_static"] and len(states) == 3
+
+
+def test_compile_columns_are_declared_with_their_mode_and_pairing():
+    """Every sweep's compile columns: torch's version, the mode in the label, no PDL, paired with the
+    port without PDL of their op; the families the tables take the fastest of are the declared keys."""
+    from inkling_workbook.measure import bench, fp8_anchors, nvfp4_sweep, pairing
+    from inkling_workbook.publish import style
+
+    sweeps = {"silu_and_mul": bench.COLUMNS, "nvfp4": nvfp4_sweep.NVFP4_COLUMNS, "fp8": fp8_anchors.FP8_COLUMNS}
+    ports = {"silu_and_mul": "triton", "nvfp4": "fused_no_pdl", "fp8": "fused_no_pdl"}
+    for sweep, keys in pairing.COMPILE_FAMILIES.items():
+        cols = sweeps[sweep]
+        for key in keys:
+            c = cols[key]
+            assert c.project == "torch" and c.version == torch.__version__.split("+")[0] and not c.pdl
+            assert pairing.paired_port(cols, key) == ports[sweep]
+            assert "fresh compile per shape" in c.label and "no PDL" in c.label
+            mat = key.endswith("max_autotune")
+            assert ('mode="max-autotune-no-cudagraphs"' in c.label) == mat
+            assert ("CUDA graphs off" in c.label) == mat and ('mode="default"' in c.label) != mat
+    assert style.BEST["compile_best"] == pairing.COMPILE_FAMILIES["silu_and_mul"]
+    assert style.COMPILE_BEST == {k: v for k, v in pairing.COMPILE_FAMILIES.items() if k != "silu_and_mul"}
+    assert set(pairing.COMPILE_FAMILIES["silu_and_mul"]) <= set(bench.IMPLS) and all(
+        k in style.LABELS for keys in pairing.COMPILE_FAMILIES.values() for k in keys
+    )
+
+
+def test_tables_take_the_fastest_compile_of_every_mode_timed():
+    """``speedup_table``'s best compile: max-autotune where the sweep timed it (and faster), else
+    the faster of static and M-dynamic; the headline's pick the same."""
+    import pandas as pd
+
+    from inkling_workbook.publish import results, speedup, style
+
+    def row(M, impl, us):
+        return {"op": "silu_and_mul", "group": "source", "M": M, "N": 1024, "layout": "il", "weighted": False,
+                "impl": impl, "l2": "warm", "median_us": us, "lo_us": us * 0.99, "hi_us": us * 1.01}  # fmt: skip
+
+    df = pd.DataFrame([
+        row(6, "triton", 1.0), row(6, "helion_sm90", 1.2), row(6, "helion_fixed", 1.3),
+        row(6, "compile_static", 1.5), row(6, "compile_dynamic_m", 1.4), row(6, "compile_static_max_autotune", 0.9),
+        row(8, "triton", 1.0), row(8, "helion_sm90", 1.2), row(8, "helion_fixed", 1.1),
+        row(8, "compile_static", 1.3), row(8, "compile_dynamic_m", 1.25),
+    ])  # fmt: skip
+    wide = speedup.speedup_table(df).set_index("M")
+    assert wide.loc[6, "compile_best"] == 0.9 and wide.loc[6, "compile_best_lo"] == pytest.approx(0.891)
+    assert wide.loc[8, "compile_best"] == 1.25 and wide.loc[8, "helion_best"] == 1.1
+    assert wide.loc[6, "vs_compile_best"] == pytest.approx(0.9) and not wide.loc[6, "tie_compile_best"]
+    assert results._best_compile(df[df.M == 6]).impl == "compile_static_max_autotune"
+    assert results._best_compile(df[df.M == 8]).impl == "compile_dynamic_m"
+    # an older record without the max-autotune column: the faster of the two, as before
+    old = speedup.speedup_table(df[df.impl != "compile_static_max_autotune"]).set_index("M")
+    assert old.loc[6, "compile_best"] == 1.4
+    fused = pd.DataFrame({"median_us": [3.0, 2.0, 1.0]}, index=["torch_compile_static", "fused", "x"])
+    assert style.fastest(fused, style.COMPILE_BEST["fp8"]) == "torch_compile_static"
+    fused.loc["torch_compile_static_max_autotune"] = 2.5
+    assert style.fastest(fused, style.COMPILE_BEST["fp8"]) == "torch_compile_static_max_autotune"
