@@ -48,7 +48,8 @@ def test_graph_size_does_not_move_decode_timing():
     check = bench.method_check()
     print(check)
     assert check["chosen_reps"] >= timing.MIN_CALLS and check["bigger_reps"] == 4 * check["chosen_reps"], check
-    assert check["chosen_reps"] * check["chosen_us"] >= 0.9 * timing.MIN_REPLAY_US, check
+    # the rule, on the timed replays (timing.size_graph sizes for 1.2 ms and resizes below 1.1 ms)
+    assert check["chosen_reps"] * check["chosen_us"] >= timing.MIN_REPLAY_US, check
     # and not far past it (the second sizing check once compared a call's time with the replay
     # target: every graph of calls under 1 ms grew to MAX_CALLS or ~110 ms of replay)
     assert check["chosen_reps"] * check["chosen_us"] <= 2.5 * timing.MIN_REPLAY_US, check

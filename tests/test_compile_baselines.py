@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import gpu_only
 from torch._dynamo.utils import counters
 
 from inkling_workbook.measure import compile_baselines as cb
@@ -308,3 +309,44 @@ def test_tables_take_the_fastest_compile_of_every_mode_timed():
     assert style.fastest(fused, style.COMPILE_BEST["fp8"]) == "torch_compile_static"
     fused.loc["torch_compile_static_max_autotune"] = 2.5
     assert style.fastest(fused, style.COMPILE_BEST["fp8"]) == "torch_compile_static_max_autotune"
+
+
+# ---- on the GPU (skipped on the CPU) ---------------------------------------------------------
+
+
+@gpu_only
+def test_gpu_silu_compile_columns_are_inductor_compiles_from_empty_caches():
+    """On the GPU with inductor: each compile column of a named shape misses inductor's FX graph
+    cache (its kernels made anew), max-autotune included, and computes the reference's values."""
+    from inkling_kernels.reference import silu_and_mul_ref
+    from inkling_workbook.measure import bench
+
+    shape = bench.Shape(6, 1024, True, False, "source")
+    misses = counters["inductor"]["fxgraph_cache_miss"]
+    hits = counters["inductor"]["fxgraph_cache_hit"]
+    info: dict = {}
+    impls = bench.compile_implementations(shape, info=info)
+    assert list(impls) == ["compile_static", "compile_static_max_autotune", "compile_dynamic_m"]
+    assert counters["inductor"]["fxgraph_cache_hit"] == hits
+    assert counters["inductor"]["fxgraph_cache_miss"] >= misses + 3
+    x, w = bench._buffers(shape, 1)[0]
+    want = silu_and_mul_ref(x, w, interleaved=True)
+    for key, (fn, _) in impls.items():
+        got = fn(x, w)
+        assert got.shape == want.shape and (got.float() - want.float()).abs().max() <= 2**-7 * want.abs().max(), key
+        assert info[key]["compile_s"] > 0
+    print({k: (v["compile_s"], v["best_configs"]) for k, v in info.items()})
+
+
+@gpu_only
+@pytest.mark.timing
+def test_gpu_graph_timer_meets_the_replay_rule():
+    """A decode-sized call and a large one, sized by the method: >= 100 calls and a timed replay
+    of >= 1 ms each (alone on the GPU: the job's timing step)."""
+    from inkling_kernels.silu_and_mul import silu_and_mul
+
+    for M, N in ((1, 768), (49152, 3072)):
+        x = torch.randn(M, 2 * N, device="cuda", dtype=torch.bfloat16)
+        t = timing.graph_time([lambda x=x: silu_and_mul(x)])
+        print(M, N, t.reps, t.median_us, t.reps * t.median_us)
+        assert timing.meets_replay_rule(t.reps, t.median_us), (M, N, t.reps, t.median_us)
