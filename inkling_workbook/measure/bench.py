@@ -20,6 +20,7 @@ from inkling_kernels.reference import silu_and_mul_ref
 from inkling_kernels.silu_and_mul import LaunchConfig, launch_config, silu_and_mul
 from inkling_workbook.measure import anchors, compile_baselines, nvfp4_sweep, pairing, provenance, timing
 from inkling_workbook.measure.fp8_sweep import run_fp8
+from inkling_workbook.measure.nvfp4_sweep import NVFP4_EAGER_MAX_M, NVFP4_IMPLS, bench_nvfp4  # noqa: F401 (moved there)
 from inkling_workbook.measure.pairing import Column
 from inkling_workbook.measure.timing import (
     COLD_FACTOR,
