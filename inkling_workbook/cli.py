@@ -59,7 +59,8 @@ def _bench(args) -> int:
 
     timing.require_gpu()
     out = args.out or (DATA / f"bench_{provenance.device_slug()}.csv")
-    meta = bench.run(out, quick=args.quick, cold=args.cold_l2, tune=not args.no_tune, part=args.part)
+    meta = bench.run(out, quick=args.quick, cold=args.cold_l2, tune=not args.no_tune, part=args.part,
+                     max_autotune_budget_s=args.max_autotune_budget_s)  # fmt: skip
     silu = [] if args.part == "quant" else ["", "meta"] + ([] if args.no_tune else ["tune"])
     extra = silu + ([] if args.part == "silu" else ["nvfp4"])
     print(f"wrote {', '.join(str(provenance.companion(out, k) if k else out) for k in extra)}")
@@ -234,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         default="all",
         help="silu: the silu_and_mul sweep; quant: NVFP4 and FP8, each with its records; all: both",
     )
+    p.add_argument("--max-autotune-budget-s", type=float,
+                   help="start no max-autotune compile after this many seconds (the record lists them)")  # fmt: skip
     p.add_argument("--out", help="CSV output (default data/bench_<gpu>.csv)")
     p.set_defaults(fn=_bench)
     p = sub.add_parser("serving", help="PDL in a decode chain, host time per call (GPU only)")

@@ -350,3 +350,22 @@ def test_gpu_graph_timer_meets_the_replay_rule():
         t = timing.graph_time([lambda x=x: silu_and_mul(x)])
         print(M, N, t.reps, t.median_us, t.reps * t.median_us)
         assert timing.meets_replay_rule(t.reps, t.median_us), (M, N, t.reps, t.median_us)
+
+
+def test_max_autotune_budget_skips_and_records(monkeypatch, eager_compiles):
+    """Past the budget no max-autotune compile starts: the silu column is left out and the shape
+    recorded; no budget, no skip."""
+    from inkling_workbook.measure import bench
+
+    monkeypatch.setattr(bench, "_buffers", lambda shape, sets: [(torch.randn(shape.M, 2 * shape.N).bfloat16(), None)])
+    monkeypatch.setattr(bench, "DYNAMIC_M_COMPILE_AT", 64)
+    shape = bench.Shape(6, 1024, True, False, "source")
+    try:
+        cb.set_budget(0.0)
+        assert list(bench.compile_implementations(shape)) == ["compile_static", "compile_dynamic_m"]
+        assert cb.budget_meta() == {"max_autotune_budget_s": 0.0, "max_autotune_skipped_for_budget": [shape.label]}
+        assert cb.record_meta({})["max_autotune_skipped_for_budget"] == [shape.label]
+    finally:
+        cb.set_budget(None)
+    assert "compile_static_max_autotune" in bench.compile_implementations(shape)
+    assert cb.budget_meta()["max_autotune_skipped_for_budget"] == []

@@ -39,10 +39,10 @@
 # The publish steps (the timings each alone on the GPU):
 #   bench      the silu_and_mul sweep, warm and cold L2, its torch.compile columns compiled fresh per
 #              shape (default mode; max-autotune-no-cudagraphs on 4 named shapes) -> data/bench_<gpu>.csv,
-#              .json (estimated 450-530 s: one call of its own)
+#              .json (estimated 400-520 s: a call of its own)
 #   bench_quant the NVFP4 and FP8 sweeps, warm and cold L2, compile columns as in bench (max-autotune on
-#              3 NVFP4 shapes and 4 FP8 cases) -> data/nvfp4_bench_<gpu>.csv, .json, fp8_bench_<gpu>.csv,
-#              .json (estimated 330-430 s)
+#              2 NVFP4 shapes and 3 FP8 cases) -> data/nvfp4_bench_<gpu>.csv, .json, fp8_bench_<gpu>.csv,
+#              .json (estimated 330-480 s)
 #   serving    the timing-method tests, the serving measurements (PDL in a decode chain, host
 #              time per call) -> data/serving_<gpu>.json, the port step by step (notebook 02)
 #              -> data/port_steps_<gpu>.csv, .json, and the fused FP8 kernel step by step
@@ -168,8 +168,10 @@ if want smoke || want bench || want bench_quant || want serving || want fp8steps
     run smoke_rmsquant $PY -m inkling_workbook rms-norm-quant --out "$SMOKE" --quick --jobs 12 --no-progress
     show timing smoke_serving smoke_steps smoke_fp8steps smoke_decode smoke_moe smoke_silufp8 smoke_rmsquant
   fi
-  want bench && run bench $PY -m inkling_workbook bench --cold-l2 --no-tune --part silu
-  want bench_quant && run bench_quant $PY -m inkling_workbook bench --cold-l2 --no-tune --part quant
+  # each part within one call of 585 s: no max-autotune compile starts past its budget (recorded)
+  want bench && run bench $PY -m inkling_workbook bench --cold-l2 --no-tune --part silu --max-autotune-budget-s 300
+  want bench_quant && run bench_quant $PY -m inkling_workbook bench --cold-l2 --no-tune --part quant \
+    --max-autotune-budget-s 380
   if want serving; then
     want smoke || run timing "${PYTEST[@]}" -rs -s -m timing tests
     run serving $PY -m inkling_workbook serving

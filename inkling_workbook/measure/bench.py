@@ -139,7 +139,9 @@ def compile_implementations(shape: Shape, keys=COMPILE_KEYS, info: dict | None =
     :data:`MAX_AUTOTUNE_SHAPES`): name -> (fn(x, w) -> out, configuration). ``info`` gets what
     each compile took and the configs inductor picked."""
     il = shape.interleaved
-    if _shape_key(shape) not in MAX_AUTOTUNE_SHAPES:
+    if "compile_static_max_autotune" in keys and (
+        _shape_key(shape) not in MAX_AUTOTUNE_SHAPES or not compile_baselines.max_autotune_allowed(shape.label)
+    ):
         keys = [k for k in keys if k != "compile_static_max_autotune"]
     if not keys:
         return {}
@@ -516,15 +518,18 @@ def _common_meta(command) -> dict:
 
 
 def run(out: str | Path, quick: bool = False, cold: bool = False, tune: bool = True, command=None,
-        part: str = "all") -> dict:  # fmt: skip
+        part: str = "all", max_autotune_budget_s: float | None = None) -> dict:  # fmt: skip
     """The sweep's ``part`` (:data:`PARTS`); writes ``out`` (silu CSV) and its companion files
     (NVFP4 CSV and JSON, FP8 CSV and JSON, tile sweeps unless ``tune=False``, the silu record's
-    JSON). ``quick``: a subset, without max-autotune (notebook 06's re-measurement). Returns the
+    JSON). ``quick``: a subset, without max-autotune (notebook 06's re-measurement);
+    ``max_autotune_budget_s``: start no max-autotune compile after that many seconds of the part
+    (:func:`compile_baselines.set_budget`; the record lists what it skipped). Returns the
     provenance document of the last part written."""
     if part not in PARTS:
         raise ValueError(f"part must be one of {PARTS}, got {part!r}")
     require_gpu()
     out = Path(out)
+    compile_baselines.set_budget(max_autotune_budget_s)
     meta = _common_meta(command)
     ceiling = meta["ceiling_tbps_used_for_floors"]
     if part in ("all", "silu"):
@@ -551,6 +556,7 @@ def run(out: str | Path, quick: bool = False, cold: bool = False, tune: bool = T
         meta["gpu_state_after"] = provenance.gpu_state()
         provenance.write_record(provenance.companion(out, "meta"), json.dumps(meta, indent=1) + "\n")
     if part in ("all", "quant"):
+        compile_baselines.set_budget(max_autotune_budget_s)
         info: dict = {}
         nv_path = provenance.companion(out, "nvfp4")
         nv = nvfp4_sweep.bench_nvfp4(ceiling, quick=quick, cold=cold, compile_info=info, max_autotune=not quick)

@@ -166,6 +166,32 @@ def compile_fresh(
                     _read_best_configs(parent))  # fmt: skip
 
 
+#: the process's deadline for starting a max-autotune compile (:func:`set_budget`) and the
+#: shapes whose max-autotune column was skipped for it
+_BUDGET: dict = {"deadline": None, "seconds": None, "skipped": []}
+
+
+def set_budget(seconds: float | None) -> None:
+    """Start no max-autotune compile more than ``seconds`` from now (``None``: no limit): the GPU
+    job's calls are limited, and a sweep cut at its limit writes nothing. Each shape skipped is
+    recorded (:func:`budget_meta`)."""
+    _BUDGET.update(deadline=None if seconds is None else time.monotonic() + seconds, seconds=seconds, skipped=[])
+
+
+def max_autotune_allowed(label: str) -> bool:
+    """Whether the max-autotune column of the shape ``label`` may be compiled now (within the
+    budget); a refusal is recorded."""
+    if _BUDGET["deadline"] is None or time.monotonic() < _BUDGET["deadline"]:
+        return True
+    _BUDGET["skipped"].append(label)
+    return False
+
+
+def budget_meta() -> dict:
+    """The budget and the shapes whose max-autotune column it skipped, for the record."""
+    return {"max_autotune_budget_s": _BUDGET["seconds"], "max_autotune_skipped_for_budget": list(_BUDGET["skipped"])}
+
+
 def record_meta(subsets: dict[str, list[str]]) -> dict:
     """The compile columns' method for a record: modes, what fresh means, which shapes have
     max-autotune (``subsets``: sweep -> shape labels)."""
@@ -175,4 +201,5 @@ def record_meta(subsets: dict[str, list[str]]) -> dict:
         "max_autotune": f"mode max-autotune-no-cudagraphs: {NO_CUDAGRAPHS}; on the named shapes only (compile time)",
         "max_autotune_shapes": subsets,
         "process": "in the sweep's process (compile_baselines module docstring: why not a child process per mode)",
+        **budget_meta(),
     }
