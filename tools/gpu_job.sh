@@ -38,11 +38,11 @@
 #   notebooks  every notebook but 06 executed in place (the compiled path of every chapter)
 # The publish steps (the timings each alone on the GPU):
 #   bench      the silu_and_mul sweep, warm and cold L2, its torch.compile columns compiled fresh per
-#              shape (default mode; max-autotune-no-cudagraphs on 4 named shapes) -> data/bench_<gpu>.csv,
-#              .json (estimated 400-520 s: a call of its own)
+#              shape (default mode; max-autotune-no-cudagraphs on the 3 headline shapes) -> data/bench_<gpu>.csv,
+#              .json (estimated 380-520 s: a call of its own)
 #   bench_quant the NVFP4 and FP8 sweeps, warm and cold L2, compile columns as in bench (max-autotune on
 #              2 NVFP4 shapes and 3 FP8 cases) -> data/nvfp4_bench_<gpu>.csv, .json, fp8_bench_<gpu>.csv,
-#              .json (estimated 330-480 s)
+#              .json (estimated 325-475 s)
 #   serving    the timing-method tests, the serving measurements (PDL in a decode chain, host
 #              time per call) -> data/serving_<gpu>.json, the port step by step (notebook 02)
 #              -> data/port_steps_<gpu>.csv, .json, and the fused FP8 kernel step by step
