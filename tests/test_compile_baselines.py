@@ -30,7 +30,7 @@ def test_compile_fresh_compiles_again_after_a_reset():
     cb.new_state()
     second = cb.compile_fresh(_tiny, [((x,), ())], backend="eager")
     assert second.graphs == 1 and counters["stats"]["unique_graphs"] == before + 2
-    assert second.cache_dir != first.cache_dir
+    assert first.cache_dir and second.cache_dir != first.cache_dir  # a new inductor cache dir each time
     assert torch.equal(second.fn(x), _tiny(x))
 
 
@@ -322,13 +322,14 @@ def test_gpu_silu_compile_columns_are_inductor_compiles_from_empty_caches():
     from inkling_workbook.measure import bench
 
     shape = bench.Shape(6, 1024, True, False, "source")
-    misses = counters["inductor"]["fxgraph_cache_miss"]
-    hits = counters["inductor"]["fxgraph_cache_hit"]
+    def made():  # graphs inductor compiled rather than loaded from its cache
+        return counters["inductor"]["fxgraph_cache_miss"] + counters["inductor"]["fxgraph_cache_bypass"]
+
+    before, hits = made(), counters["inductor"]["fxgraph_cache_hit"]
     info: dict = {}
     impls = bench.compile_implementations(shape, info=info)
     assert list(impls) == ["compile_static", "compile_static_max_autotune", "compile_dynamic_m"]
-    assert counters["inductor"]["fxgraph_cache_hit"] == hits
-    assert counters["inductor"]["fxgraph_cache_miss"] >= misses + 3
+    assert counters["inductor"]["fxgraph_cache_hit"] == hits and made() >= before + 3
     x, w = bench._buffers(shape, 1)[0]
     want = silu_and_mul_ref(x, w, interleaved=True)
     for key, (fn, _) in impls.items():

@@ -46,7 +46,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -151,10 +150,10 @@ def compile_fresh(
         raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
     opts = {"mode": MODES[mode]} if backend == "inductor" else {}
     compiled = torch.compile(own_code(fn, tag or mode), dynamic=dynamic, backend=backend, **opts)
-    parent = tempfile.mkdtemp(prefix="inkling_compile_")
     graphs0 = counters["stats"]["unique_graphs"]
     t0 = time.perf_counter()
-    with fresh_cache(dir=parent, delete=False):  # the loaded kernels outlive the context; their files stay
+    with fresh_cache(delete=False):  # the loaded kernels outlive the context; their files stay
+        cache_dir = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")  # the new empty one fresh_cache set
         for args, dims in calls:
             for d in dims:
                 torch._dynamo.mark_dynamic(args[0], d)
@@ -162,8 +161,8 @@ def compile_fresh(
         if torch.cuda.is_available():
             torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
-    return Compiled(compiled, mode, seconds, counters["stats"]["unique_graphs"] - graphs0, parent,
-                    _read_best_configs(parent))  # fmt: skip
+    return Compiled(compiled, mode, seconds, counters["stats"]["unique_graphs"] - graphs0, cache_dir,
+                    _read_best_configs(cache_dir) if cache_dir else [])  # fmt: skip
 
 
 #: the process's deadline for starting a max-autotune compile (:func:`set_budget`) and the
