@@ -322,6 +322,7 @@ def test_gpu_silu_compile_columns_are_inductor_compiles_from_empty_caches():
     from inkling_workbook.measure import bench
 
     shape = bench.Shape(6, 1024, True, False, "source")
+
     def made():  # graphs inductor compiled rather than loaded from its cache
         return counters["inductor"]["fxgraph_cache_miss"] + counters["inductor"]["fxgraph_cache_bypass"]
 
