@@ -371,3 +371,36 @@ def test_max_autotune_budget_skips_and_records(monkeypatch, eager_compiles):
         cb.set_budget(None)
     assert "compile_static_max_autotune" in bench.compile_implementations(shape)
     assert cb.budget_meta()["max_autotune_skipped_for_budget"] == []
+
+
+def test_silu_sweep_rows_carry_the_compile_columns(monkeypatch, eager_compiles):
+    """``bench_silu`` on the CPU with the compiles real (eager backend) and the timer a stand-in:
+    each compile column once per shape, max-autotune on its named shape only, the seconds in the
+    rows and in ``compile_info``, every compile row paired with the port without PDL."""
+    from test_anchor_columns import _fake_time_calls
+
+    from inkling_workbook.measure import anchors, bench, provenance
+
+    monkeypatch.setattr(bench.helion_original, "available", lambda: True)
+    monkeypatch.setattr(bench, "time_calls", _fake_time_calls)
+    monkeypatch.setattr(bench, "l2_bytes", lambda: 50 * 2**20)
+    monkeypatch.setattr(provenance, "gpu_state", lambda: {})
+    monkeypatch.setattr(anchors, "manifest", lambda dist, root=None: None)  # anchors absent: skipped
+    monkeypatch.setattr(bench, "DYNAMIC_M_COMPILE_AT", 64)
+    monkeypatch.setattr(bench, "_buffers", lambda s, n: [(torch.randn(s.M, 2 * s.N).bfloat16(), None)] * n)
+    log, states = eager_compiles
+    shapes = [bench.Shape(6, 1024, True, False, "source"), bench.Shape(2, 256, False, False, "decode")]
+    info: dict = {}
+    rows = bench.bench_silu(shapes, cold=False, ceiling_tbps=4.0, progress=False, compile_info=info)
+    comp = [r for r in rows if r["impl"].startswith("compile_")]
+    assert [(r["M"], r["impl"]) for r in comp] == [
+        (6, "compile_static"), (6, "compile_static_max_autotune"), (6, "compile_dynamic_m"),
+        (2, "compile_static"), (2, "compile_dynamic_m"),
+    ]  # fmt: skip
+    assert len(states) == 2 and len(log) == 5 and list(info) == [s.label for s in shapes]
+    for r in comp:
+        assert r["compile_s"] == info[f"M={r['M']} N={r['N']} {r['layout']}"][r["impl"]]["compile_s"] >= 0
+        assert r["paired_port"] == "triton" and r["speedup_of_paired_port"] == round(2.0 / 1.1, 4)
+        assert r["column"] == bench.COLUMNS[r["impl"]].label
+    quick = bench.bench_silu(shapes[:1], cold=False, ceiling_tbps=4.0, progress=False, max_autotune=False)
+    assert "compile_static_max_autotune" not in {r["impl"] for r in quick}
