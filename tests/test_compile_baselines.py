@@ -404,3 +404,20 @@ def test_silu_sweep_rows_carry_the_compile_columns(monkeypatch, eager_compiles):
         assert r["column"] == bench.COLUMNS[r["impl"]].label
     quick = bench.bench_silu(shapes[:1], cold=False, ceiling_tbps=4.0, progress=False, max_autotune=False)
     assert "compile_static_max_autotune" not in {r["impl"] for r in quick}
+
+
+def test_fp8_cases_past_the_budget_lose_their_max_autotune_column():
+    from inkling_workbook.measure import fp8_cases, fp8_sweep
+
+    cases = {c["name"]: c for c in fp8_cases.fp8_cases()}
+    named, other = cases["M49152_N3072_nil"], cases["M1024_N1536_nil"]
+    try:
+        cb.set_budget(None)
+        assert fp8_sweep._within_budget(named) is named and fp8_cases.has_max_autotune(named)
+        cb.set_budget(0.0)
+        late = fp8_sweep._within_budget(named)
+        assert late["max_autotune_skipped"] and not fp8_cases.has_max_autotune(late) and late["name"] == named["name"]
+        assert fp8_sweep._within_budget(other) is other  # no max-autotune column: nothing to skip or record
+        assert cb.budget_meta()["max_autotune_skipped_for_budget"] == ["M49152_N3072_nil"]
+    finally:
+        cb.set_budget(None)

@@ -96,6 +96,14 @@ def _best_compile_draw(case: dict) -> tuple[int, list[float]]:
     return medians.index(min(medians)), medians
 
 
+def _within_budget(case: dict) -> dict:
+    """``case``, marked ``max_autotune_skipped`` when its max-autotune column would start past the
+    GPU job's budget (``compile_baselines.max_autotune_allowed``, which records it)."""
+    if fp8_cases.has_max_autotune(case) and not compile_baselines.max_autotune_allowed(case["name"]):
+        return {**case, "max_autotune_skipped": True}
+    return case
+
+
 def _fp8_cold(case: dict) -> bool:
     return case["M"] in FP8_COLD_MS or case["masked_m"] is not None
 
@@ -143,8 +151,7 @@ def bench_fp8(
     for case in it:
         it.set_postfix_str(case["name"])
         fp8_cases.new_compile_state()  # this case's compile columns: new objects, from a fresh state
-        if fp8_cases.has_max_autotune(case) and not compile_baselines.max_autotune_allowed(case["name"]):
-            case = {**case, "max_autotune_skipped": True}  # past the GPU job's budget: recorded
+        case = _within_budget(case)
         draw, draws_us = _best_compile_draw(case)
         compile_s: dict[str, float] = {}
         for mode in ["warm"] + (["cold"] if cold and _fp8_cold(case) else []):
