@@ -59,9 +59,11 @@ def _bench(args) -> int:
 
     timing.require_gpu()
     out = args.out or (DATA / f"bench_{provenance.device_slug()}.csv")
-    meta = bench.run(out, quick=args.quick, cold=args.cold_l2, tune=not args.no_tune)
-    extra = ["nvfp4", "meta"] + ([] if args.no_tune else ["tune"])
-    print(f"wrote {out} and {', '.join(str(provenance.companion(out, k)) for k in extra)}")
+    meta = bench.run(out, quick=args.quick, cold=args.cold_l2, tune=not args.no_tune, part=args.part,
+                     max_autotune_budget_s=args.max_autotune_budget_s)  # fmt: skip
+    silu = [] if args.part == "quant" else ["", "meta"] + ([] if args.no_tune else ["tune"])
+    extra = silu + ([] if args.part == "silu" else ["nvfp4"])
+    print(f"wrote {', '.join(str(provenance.companion(out, k) if k else out) for k in extra)}")
     print(f"ceiling {meta['ceiling_tbps_used_for_floors']:.3f} TB/s")
     return 0
 
@@ -240,6 +242,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--cold-l2", action="store_true", help="also time with rotating buffers (cold L2)")
     p.add_argument("--no-tune", action="store_true", help="skip the tile sweep")
+    p.add_argument(
+        "--part",
+        choices=["all", "silu", "quant"],
+        default="all",
+        help="silu: the silu_and_mul sweep; quant: NVFP4 and FP8, each with its records; all: both",
+    )
+    p.add_argument("--max-autotune-budget-s", type=float,
+                   help="start no max-autotune compile after this many seconds (the record lists them)")  # fmt: skip
     p.add_argument("--out", help="CSV output (default data/bench_<gpu>.csv)")
     p.set_defaults(fn=_bench)
     p = sub.add_parser("serving", help="PDL in a decode chain, host time per call (GPU only)")

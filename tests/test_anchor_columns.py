@@ -65,6 +65,7 @@ def test_the_pairing_rule():
     """port(PDL) against the baselines with PDL, port(no PDL) against those without, op by op."""
     assert pairing.pairs(bench.COLUMNS) == {
         **{k: "triton" for k in ("helion_sm90", "helion_fixed", "compile_static", "compile_dynamic_m", "torch_eager")},
+        "compile_static_max_autotune": "triton",
         "sglang_silu_and_mul": "triton",
         "sglang_silu_and_mul_triton": "triton_pdl",
     }
@@ -76,6 +77,7 @@ def test_the_pairing_rule():
     }
     assert pairing.pairs(fp8_anchors.FP8_COLUMNS) == {
         "torch_compile_static": "fused_no_pdl",
+        "torch_compile_static_max_autotune": "fused_no_pdl",
         "sglang_fp8_group_quant": "quant_no_pdl",
         "vllm_fp8_group_quant": "quant_no_pdl",
         "sglang_silu_and_mul_fp8_masked": "fused_no_pdl",
@@ -146,8 +148,13 @@ def _cpu_bench(monkeypatch):
     """``bench.bench_silu`` on the CPU: helion and torch.compile stubbed (never called by the
     stand-in timer), buffers on the CPU, the anchors' bits checked for real in the interpreter."""
     monkeypatch.setattr(bench.helion_original, "available", lambda: True)
-    monkeypatch.setattr(bench, "compiled_ref", lambda kind: lambda x, w, il: None)
-    monkeypatch.setattr(bench, "_warm_dynamic_m", lambda shape: None)
+    compiled = []
+
+    def fake_compile(shape, keys=bench.COMPILE_KEYS, info=None):  # each shape's compile columns, once
+        compiled.append((shape.label, tuple(keys)))
+        return {k: (lambda x, w: None, bench.COLUMNS[k].config) for k in keys if k != "compile_static_max_autotune"}
+
+    monkeypatch.setattr(bench, "compile_implementations", fake_compile)
     monkeypatch.setattr(bench, "time_calls", _fake_time_calls)
     monkeypatch.setattr(bench, "l2_bytes", lambda: 50 * 2**20)
     monkeypatch.setattr(provenance, "gpu_state", lambda: {})
@@ -163,6 +170,7 @@ def _cpu_bench(monkeypatch):
     shapes = [bench.Shape(3, 128, True, True, "decode"), bench.Shape(2, 256, False, False, "decode")]
     skipped: list = []
     rows = bench.bench_silu(shapes, cold=False, ceiling_tbps=4.0, progress=False, skipped=skipped)
+    assert compiled == [(s.label, bench.COMPILE_KEYS) for s in shapes]
     return rows, skipped
 
 

@@ -12,7 +12,7 @@
 #
 # STEPS, a comma list; `check` (the default) is the GPU job, `publish` the measurements:
 #   check      = tests,bitwise,smoke,notebook06,sanitize,notebooks
-#   publish    = bench,serving,decode,moe,silufp8,rmsquant,fusion,chain
+#   publish    = bench,bench_quant,serving,decode,moe,silufp8,rmsquant,fusion,chain
 # The GPU job (`check`) is what an issue that changes code the GPU runs must pass at the commit
 # that resolves it. It verifies; it does not write the published timings. Those are the
 # `publish` steps, run at a commit whose kernels are the head's when numbers are republished:
@@ -37,8 +37,12 @@
 #              racecheck and initcheck
 #   notebooks  every notebook but 06 executed in place (the compiled path of every chapter)
 # The publish steps (the timings each alone on the GPU):
-#   bench      full benchmark sweep, warm and cold L2 -> data/bench_<gpu>.csv, .json,
-#              nvfp4_bench_<gpu>.csv, fp8_bench_<gpu>.csv, .json
+#   bench      the silu_and_mul sweep, warm and cold L2, its torch.compile columns compiled fresh per
+#              shape (default mode; max-autotune-no-cudagraphs on the 3 headline shapes) -> data/bench_<gpu>.csv,
+#              .json (estimated 380-520 s: a call of its own)
+#   bench_quant the NVFP4 and FP8 sweeps, warm and cold L2, compile columns as in bench (max-autotune on
+#              2 NVFP4 shapes and 3 FP8 cases) -> data/nvfp4_bench_<gpu>.csv, .json, fp8_bench_<gpu>.csv,
+#              .json (estimated 325-475 s)
 #   serving    the timing-method tests, the serving measurements (PDL in a decode chain, host
 #              time per call) -> data/serving_<gpu>.json, the port step by step (notebook 02)
 #              -> data/port_steps_<gpu>.csv, .json, and the fused FP8 kernel step by step
@@ -73,7 +77,7 @@ set -uo pipefail
 OUT_DIR=${1:-${OUT:-build/gpu_job}}
 STEPS=${2:-check}
 STEPS=${STEPS//check/tests,bitwise,smoke,notebook06,sanitize,notebooks}
-STEPS=${STEPS//publish/bench,serving,decode,moe,silufp8,rmsquant,fusion,chain}
+STEPS=${STEPS//publish/bench,bench_quant,serving,decode,moe,silufp8,rmsquant,fusion,chain}
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 echo $$ >"$OUT_DIR/pid"
@@ -149,8 +153,8 @@ START=$SECONDS
 # pack: the records and notebooks written so far, into the tarball (rewritten after every phase)
 pack() { tar czf "$OUT_DIR/publish_$GPU.tar.gz" data notebooks/*.ipynb; }
 
-if want smoke || want bench || want serving || want fp8steps || want decode || want moe || want silufp8 || want rmsquant || want chain; then
-  echo "=== phase 1, alone on the GPU: $(for s in smoke bench serving fp8steps decode moe silufp8 rmsquant chain; do want $s && printf '%s ' $s; done)($(stamp))"
+if want smoke || want bench || want bench_quant || want serving || want fp8steps || want decode || want moe || want silufp8 || want rmsquant || want chain; then
+  echo "=== phase 1, alone on the GPU: $(for s in smoke bench bench_quant serving fp8steps decode moe silufp8 rmsquant chain; do want $s && printf '%s ' $s; done)($(stamp))"
   if want smoke; then
     # every measurement command on a small grid; what they write goes to a scratch folder, never
     # to data/ (a smoke record is not a published number)
@@ -167,7 +171,10 @@ if want smoke || want bench || want serving || want fp8steps || want decode || w
     run smoke_chain $PY -m inkling_workbook server-chain --quick --no-progress --out "$SMOKE/data/server_chain.csv"
     show timing smoke_serving smoke_steps smoke_fp8steps smoke_decode smoke_moe smoke_silufp8 smoke_rmsquant smoke_chain
   fi
-  want bench && run bench $PY -m inkling_workbook bench --cold-l2 --no-tune
+  # each part within one call of 585 s: no max-autotune compile starts past its budget (recorded)
+  want bench && run bench $PY -m inkling_workbook bench --cold-l2 --no-tune --part silu --max-autotune-budget-s 300
+  want bench_quant && run bench_quant $PY -m inkling_workbook bench --cold-l2 --no-tune --part quant \
+    --max-autotune-budget-s 380
   if want serving; then
     want smoke || run timing "${PYTEST[@]}" -rs -s -m timing tests
     run serving $PY -m inkling_workbook serving
@@ -180,7 +187,7 @@ if want smoke || want bench || want serving || want fp8steps || want decode || w
   want silufp8 && run silufp8 $PY -m inkling_workbook silu-mul-fp8 --jobs 12 --no-progress
   want rmsquant && run rmsquant $PY -m inkling_workbook rms-norm-quant --jobs 12 --no-progress
   want chain && run chain $PY -m inkling_workbook server-chain --no-progress
-  show bench serving steps fp8steps decode moe silufp8 rmsquant chain
+  show bench bench_quant serving steps fp8steps decode moe silufp8 rmsquant chain
   pack
 fi
 

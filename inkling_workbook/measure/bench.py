@@ -1,7 +1,10 @@
 """The silu_and_mul sweep (``python -m inkling_workbook bench``): the shapes, every implementation
-and baseline of a shape, the NVFP4 part, the tile sweep (tuning evidence), and the driver that
-writes the records. Every timing is taken by the method of :mod:`inkling_workbook.measure.timing`;
-the FP8 part is :mod:`inkling_workbook.measure.fp8_sweep`."""
+and baseline of a shape (the torch.compile columns compiled fresh per shape, in default and
+max-autotune-no-cudagraphs modes: :mod:`inkling_workbook.measure.compile_baselines`), the tile
+sweep (tuning evidence), and the driver that writes the records, in two parts the GPU job runs
+as two steps (:data:`PARTS`). Every timing is taken by the method of
+:mod:`inkling_workbook.measure.timing`; the NVFP4 part is
+:mod:`inkling_workbook.measure.nvfp4_sweep`, the FP8 part :mod:`inkling_workbook.measure.fp8_sweep`."""
 
 from __future__ import annotations
 
@@ -13,11 +16,11 @@ from pathlib import Path
 import torch
 import triton
 
-from inkling_kernels.nvfp4 import nvfp4_quant, silu_and_mul_nvfp4_quant
-from inkling_kernels.reference import nvfp4_quant_ref, padded_blockscale_offsets, silu_and_mul_ref
+from inkling_kernels.reference import silu_and_mul_ref
 from inkling_kernels.silu_and_mul import LaunchConfig, launch_config, silu_and_mul
-from inkling_workbook.measure import anchors, pairing, provenance, timing
+from inkling_workbook.measure import anchors, compile_baselines, nvfp4_sweep, pairing, provenance, timing
 from inkling_workbook.measure.fp8_sweep import run_fp8
+from inkling_workbook.measure.nvfp4_sweep import NVFP4_EAGER_MAX_M, NVFP4_IMPLS, bench_nvfp4  # noqa: F401 (moved there)
 from inkling_workbook.measure.pairing import Column
 from inkling_workbook.measure.timing import (
     COLD_FACTOR,
@@ -26,7 +29,6 @@ from inkling_workbook.measure.timing import (
     OTHER_PASSES,
     GraphTimer,
     Timing,
-    _configure_dynamo,
     cold_feasible,
     empty_kernel_us,
     graph_time,
@@ -106,9 +108,10 @@ def silu_bytes(M: int, N: int, weighted: bool, elt: int = 2) -> int:
     return M * (2 * N * elt + N * elt) + (M * 4 if weighted else 0)
 
 
-# torch.compile baselines. Two distinct functions (dynamo keeps its compiled code per code
-# object): one compiled static, one with only M dynamic, as a server with a fixed model width
-# compiles it. Configured by :func:`_configure_dynamo`.
+# torch.compile baselines: compiled fresh per shape (compile_baselines), each column from a
+# function of its own (dynamo keeps its compiled code per code object): static, M dynamic (as a
+# server with a fixed model width compiles it), static in max-autotune-no-cudagraphs on
+# MAX_AUTOTUNE_SHAPES.
 def _ref_for_static_compile(x, w, interleaved: bool):
     return silu_and_mul_ref(x, w, interleaved=interleaved)
 
@@ -117,20 +120,65 @@ def _ref_for_dynamic_m_compile(x, w, interleaved: bool):
     return silu_and_mul_ref(x, w, interleaved=interleaved)
 
 
-_compiled: dict = {}
+#: the shapes (M, N, interleaved, weighted) that also get torch.compile in
+#: max-autotune-no-cudagraphs (15-40 s of compile each): the README's three headline shapes (not
+#: 96 x 1536 il, where a fresh default compile beats the port: experiment E found max-autotune
+#: slower than default there, 1.65 against 1.29 us, and the bench step has no 40 s to spare)
+MAX_AUTOTUNE_SHAPES = ((6, 1024, True, False), (384, 1024, True, True), (49152, 3072, False, False))
+COMPILE_KEYS = tuple(pairing.SILU_COMPILE_COLUMNS)
 
 
-def compiled_ref(kind: str):
-    """``"static"``: ``torch.compile(dynamic=False)``; ``"dynamic_m"``: M marked dynamic."""
-    if kind not in _compiled:
-        _configure_dynamo()
-        if kind == "static":
-            _compiled[kind] = torch.compile(_ref_for_static_compile, dynamic=False)
-        elif kind == "dynamic_m":
-            _compiled[kind] = torch.compile(_ref_for_dynamic_m_compile)
-        else:
-            raise ValueError(f"kind must be 'static' or 'dynamic_m', got {kind!r}")
-    return _compiled[kind]
+def _shape_key(shape: Shape) -> tuple:
+    return (shape.M, shape.N, shape.interleaved, shape.weighted)
+
+
+def compile_implementations(shape: Shape, keys=COMPILE_KEYS, info: dict | None = None) -> dict:
+    """The compile columns of ``shape`` among ``keys``, each compiled fresh for it
+    (:mod:`compile_baselines`: one :func:`~compile_baselines.new_state` for the shape, a new
+    compile object and empty inductor caches per column; max-autotune only on
+    :data:`MAX_AUTOTUNE_SHAPES`): name -> (fn(x, w) -> out, configuration). ``info`` gets what
+    each compile took and the configs inductor picked."""
+    il = shape.interleaved
+    if "compile_static_max_autotune" in keys and (
+        _shape_key(shape) not in MAX_AUTOTUNE_SHAPES or not compile_baselines.max_autotune_allowed(shape.label)
+    ):
+        keys = [k for k in keys if k != "compile_static_max_autotune"]
+    if not keys:
+        return {}
+    compile_baselines.new_state()
+    (x, w), out = _buffers(shape, 1)[0], {}
+    if "compile_static" in keys:
+        c = compile_baselines.compile_fresh(_ref_for_static_compile, [((x, w, il), ())])
+        out["compile_static"] = (lambda x, w, f=c.fn: f(x, w, il), c)
+    if "compile_static_max_autotune" in keys:
+        c = compile_baselines.compile_fresh(_ref_for_static_compile, [((x, w, il), ())], mode="max_autotune")
+        out["compile_static_max_autotune"] = (lambda x, w, f=c.fn: f(x, w, il), c)
+    # last: its first calls mark the tensors they are given dynamic, and the timed calls mark the
+    # sweep's buffers (the static columns are warmed up and captured before, in dict order)
+    if "compile_dynamic_m" in keys:
+        # compiled at a large M first, as a server compiles at its largest batch: inductor picks
+        # tiles from the size hint of the first input (M = 1 is specialized by torch's 0/1 rule
+        # whatever is marked, so it gets its own static graph, compiled here too)
+        M = DYNAMIC_M_COMPILE_AT
+        xb = torch.randn((M, 2 * shape.N), device=x.device, dtype=torch.bfloat16)
+        wb = torch.rand(M, device=x.device) if shape.weighted else None
+
+        def marked(a, b):
+            for t in (a, b):
+                if t is not None:
+                    torch._dynamo.mark_dynamic(t, 0)
+            return (a, b, il)
+
+        first = [(marked(xb, wb), ()), (marked(x, w), ())]
+        c = compile_baselines.compile_fresh(_ref_for_dynamic_m_compile, first, dynamic=None)
+
+        def dyn(x, w, f=c.fn):
+            return f(*marked(x, w))
+
+        out["compile_dynamic_m"] = (dyn, c)
+    if info is not None:
+        info.update({k: c.summary() for k, (_, c) in out.items()})
+    return {k: (fn, COLUMNS[k].config) for k, (fn, _c) in out.items()}
 
 
 #: The implementations timed on every shape, in table order, and how each is configured.
@@ -139,11 +187,14 @@ IMPLS = {
     "triton_pdl": "the Triton port, launch_config heuristic, PDL on (wait before the first load)",
     "helion_sm90": "helion 1.4.0 original, the production sm_90 table (interleaved table; non-interleaved uses it too)",
     "helion_fixed": "helion 1.4.0 original, the fixed 1x256 tile with 4 warps this workbook used before",
-    "compile_static": "torch.compile(dynamic=False) of silu_and_mul_ref (one graph per shape)",
-    "compile_dynamic_m": "torch.compile of silu_and_mul_ref with M marked dynamic (one graph per N, layout, weights)",
+    "compile_static": "torch.compile(dynamic=False) of silu_and_mul_ref, mode default, compiled fresh per shape",
+    "compile_dynamic_m": "torch.compile of silu_and_mul_ref with M marked dynamic, compiled fresh per shape at "
+    "M = 8192 (one graph per N, layout, weights, as a server compiles it)",
+    "compile_static_max_autotune": "torch.compile(dynamic=False, mode='max-autotune-no-cudagraphs') of "
+    "silu_and_mul_ref, compiled fresh per shape; on MAX_AUTOTUNE_SHAPES only",
     "torch_eager": "torch eager silu_and_mul_ref (fp32 math, several kernels)",
 }
-BASELINES = ("helion_sm90", "helion_fixed", "compile_static", "compile_dynamic_m", "torch_eager")
+BASELINES = ("helion_sm90", "helion_fixed", *pairing.SILU_COMPILE_COLUMNS, "torch_eager")
 IMPLS.update({k: c.label for k, c in pairing.SILU_ANCHOR_COLUMNS.items()})
 #: the anchors, timed beside the others where fetched and where they support the shape
 ANCHOR_KEYS = tuple(pairing.SILU_ANCHOR_COLUMNS)
@@ -156,10 +207,9 @@ def _torch_version() -> str:
 #: every column of the sweep as :mod:`~inkling_workbook.measure.pairing` reads it (the rule pairs
 #: the baselines with "triton_pdl" or "triton" by their PDL state)
 _PORT = "the port, launch_config heuristic"
-#: inductor can generate PDL (``torch._inductor.config.triton.enable_pdl``, off by default); the
-#: torch.compile columns run its default. helion 1.4.0's Triton backend has no PDL launch (its PDL
-#: is in the CuTe matmul path), so the helion columns run without PDL as helion launches them
-_INDUCTOR_PDL = "inductor default: triton.enable_pdl off"
+#: helion 1.4.0's Triton backend has no PDL launch (its PDL is in the CuTe matmul path), so the
+#: helion columns run without PDL as helion launches them; the torch.compile columns run
+#: inductor's default, PDL off (:data:`pairing.INDUCTOR_PDL`)
 COLUMNS: dict[str, Column] = {
     "triton": Column("triton", "inkling", "", "silu_and_mul", _PORT, False, "port"),
     "triton_pdl": Column("triton_pdl", "inkling", "", "silu_and_mul", _PORT, True, "port"),
@@ -167,10 +217,7 @@ COLUMNS: dict[str, Column] = {
                           False, "baseline"),
     "helion_fixed": Column("helion_fixed", "helion", "1.4.0", "silu_and_mul original", "fixed 1x256 tile, 4 warps",
                            False, "baseline"),
-    "compile_static": Column("compile_static", "torch", _torch_version(), "torch.compile of silu_and_mul_ref",
-                             "dynamic=False, " + _INDUCTOR_PDL, False, "baseline"),
-    "compile_dynamic_m": Column("compile_dynamic_m", "torch", _torch_version(), "torch.compile of silu_and_mul_ref",
-                                "M dynamic, compiled at M=8192, " + _INDUCTOR_PDL, False, "baseline"),
+    **pairing.SILU_COMPILE_COLUMNS,
     "torch_eager": Column("torch_eager", "torch", _torch_version(), "silu_and_mul_ref", "eager, fp32 math", False,
                           "baseline"),
     **pairing.SILU_ANCHOR_COLUMNS,
@@ -178,25 +225,6 @@ COLUMNS: dict[str, Column] = {
 
 
 DYNAMIC_M_COMPILE_AT = 8192
-_dynamic_warmed: set = set()
-
-
-def _warm_dynamic_m(shape: Shape) -> None:
-    """Compile the M-dynamic baseline of this (N, layout, weights) at a large M first, as a server
-    compiles at its largest batch: inductor picks tiles from the size hint of the first input, so
-    a graph first compiled at M = 4 would be a decode-tuned kernel timed at M = 49152. (M = 1 is
-    specialized by torch's 0/1 rule whatever is marked, so it gets its own static graph.)"""
-    key = (shape.N, shape.interleaved, shape.weighted)
-    if key in _dynamic_warmed:
-        return
-    M = DYNAMIC_M_COMPILE_AT
-    x = torch.randn((M, 2 * shape.N), device="cuda", dtype=torch.bfloat16)
-    w = torch.rand(M, device="cuda") if shape.weighted else None
-    torch._dynamo.mark_dynamic(x, 0)
-    if w is not None:
-        torch._dynamo.mark_dynamic(w, 0)
-    compiled_ref("dynamic_m")(x, w, shape.interleaved)
-    _dynamic_warmed.add(key)
 
 
 def anchor_implementations(shape: Shape, columns: dict[str, Column], device="cuda", skipped: dict | None = None):
@@ -229,8 +257,12 @@ def check_anchor_bits(shape: Shape, impls: dict, x, w) -> dict[str, bool]:
     return out
 
 
-def implementations(shape: Shape, skipped: dict | None = None) -> dict[str, tuple[Callable, str]]:
-    """name -> (fn(x, w) -> out, the configuration in words for this shape). The anchors come last
+def implementations(
+    shape: Shape, skipped: dict | None = None, keys=None, compile_info: dict | None = None
+) -> dict[str, tuple[Callable, str]]:
+    """name -> (fn(x, w) -> out, the configuration in words for this shape). The compile columns
+    are compiled fresh for the shape (:func:`compile_implementations`; only those among ``keys``,
+    all by default; what each took into ``compile_info``). The anchors come last
     (:func:`anchor_implementations`); those skipped on this shape go into ``skipped``."""
     il = shape.interleaved
     cfg = launch_config(shape.M, shape.N)
@@ -251,18 +283,7 @@ def implementations(shape: Shape, skipped: dict | None = None) -> dict[str, tupl
         lambda x, w: helion_original.silu_and_mul_helion(x, w, interleaved=il, config="fixed"),
         helion_original.config_label("fixed"),
     )
-    static, dynamic = compiled_ref("static"), compiled_ref("dynamic_m")
-    impls["compile_static"] = (lambda x, w: static(x, w, il), "torch.compile dynamic=False")
-
-    _warm_dynamic_m(shape)
-
-    def dyn(x, w):
-        torch._dynamo.mark_dynamic(x, 0)
-        if w is not None:
-            torch._dynamo.mark_dynamic(w, 0)
-        return dynamic(x, w, il)
-
-    impls["compile_dynamic_m"] = (dyn, "torch.compile, M dynamic (compiled at M=8192)")
+    impls.update(compile_implementations(shape, [k for k in COMPILE_KEYS if keys is None or k in keys], compile_info))
     impls["torch_eager"] = (lambda x, w: silu_and_mul_ref(x, w, interleaved=il), "eager, fp32 math")
     impls.update(anchor_implementations(shape, COLUMNS, skipped=skipped))
     return impls
@@ -302,9 +323,14 @@ def bench_silu(
     progress: bool = True,
     impl_filter=None,
     skipped: list | None = None,
+    max_autotune: bool = True,
+    compile_info: dict | None = None,
 ) -> list[dict]:
     """Warm L2 on every shape; cold L2 (``cold``) where :func:`cold_feasible`. Decode shapes get
-    :data:`DECODE_PASSES` interleaved passes, the others :data:`OTHER_PASSES`. The anchors are
+    :data:`DECODE_PASSES` interleaved passes, the others :data:`OTHER_PASSES`. The compile columns
+    are compiled fresh per shape, once for both L2 modes (max-autotune on
+    :data:`MAX_AUTOTUNE_SHAPES` when ``max_autotune``; what each compile took goes into
+    ``compile_info``, by shape label, and the row's ``compile_s``). The anchors are
     checked for bits against the port on the first buffer set before timing
     (``bits_equal_port``); an anchor skipped on a shape goes into ``skipped`` with its reason.
     Baselines carry the speedup of the port paired with them by :mod:`pairing`'s rule."""
@@ -318,7 +344,13 @@ def bench_silu(
         modes = ["warm"] + (["cold"] if cold and cold_feasible(nbytes) else [])
         passes = DECODE_PASSES if shape.M <= DECODE_MAX_M else OTHER_PASSES
         skip: dict[str, str] = {}
-        impls = {k: v for k, v in implementations(shape, skip).items() if not impl_filter or k in impl_filter}
+        keys = [k for k in COMPILE_KEYS if (not impl_filter or k in impl_filter)
+                and (max_autotune or k != "compile_static_max_autotune")]  # fmt: skip
+        info: dict = {}
+        impls = {k: v for k, v in implementations(shape, skip, keys, info).items()
+                 if not impl_filter or k in impl_filter}  # fmt: skip
+        if compile_info is not None and info:
+            compile_info[shape.label] = info
         if skipped is not None:
             skipped += [{"shape": shape.label, "impl": k, "column": COLUMNS[k].label, "reason": r}
                         for k, r in skip.items() if not impl_filter or k in impl_filter]  # fmt: skip
@@ -332,7 +364,8 @@ def bench_silu(
             for name, t in timings.items():
                 rows.append({**_row(shape, name, impls[name][1], mode, t, nbytes, ceiling_tbps), "sm_clock_mhz": clock,
                              **pairing.speedup_fields(COLUMNS, name, timings),
-                             "bits_equal_port": bits.get(name, "")})  # fmt: skip
+                             "bits_equal_port": bits.get(name, ""),
+                             "compile_s": info.get(name, {}).get("compile_s", "")})  # fmt: skip
             del bufs
     return rows
 
@@ -344,7 +377,7 @@ def explore(shape: Shape, impls: list[str] | None = None):
     import pandas as pd
 
     require_gpu()
-    known = implementations(shape)
+    known = implementations(shape, keys=impls)  # compiles only the compile columns asked for
     unknown = [i for i in (impls or []) if i not in known]
     if unknown:
         raise ValueError(f"impls: {unknown} not among {list(known)}")
@@ -456,97 +489,6 @@ def tile_sweep(progress: bool = True) -> list[dict]:
     return rows
 
 
-# ---- NVFP4 -------------------------------------------------------------------------------------
-
-NVFP4_M = (128, 1024, 8192, 49152)
-NVFP4_N = (1536, 3072)
-NVFP4_EXPERTS = 8
-NVFP4_EAGER_MAX_M = 1024
-
-
-def nvfp4_bytes(M: int, N: int, fused: bool, scale_rows: int) -> int:
-    scales = scale_rows * ((N // 16 + 3) // 4 * 4)
-    quant = M * (N // 2) + scales
-    if fused:
-        return M * 4 * N + quant
-    return M * (4 * N + 2 * N) + M * 2 * N + quant
-
-
-def _nvfp4_fused_ref(gateup, row_gs):
-    """The fused op in plain torch (linear scales, per-row global scale): what torch.compile gets."""
-    return nvfp4_quant_ref(silu_and_mul_ref(gateup, interleaved=False), row_gs)
-
-
-NVFP4_IMPLS = {
-    "fused": "the fused Triton kernel, swizzled scales, outputs preallocated",
-    "unfused": "silu_and_mul then nvfp4_quant (Triton), swizzled scales, outputs preallocated",
-    "compile_static": "torch.compile(dynamic=False) of the torch reference (linear scales)",
-    "torch_eager": "the torch reference, eager (linear scales); timed up to M = 1024 only",
-}
-
-
-def bench_nvfp4(ceiling_tbps: float, quick: bool = False, progress: bool = True) -> list[dict]:
-    """Warm L2, 8 uniform experts, the implementations of a shape timed in interleaved passes
-    (``OTHER_PASSES``). The Triton paths write preallocated outputs (the layout the grouped GEMM
-    reads); the torch references allocate theirs."""
-    from tqdm.auto import tqdm
-
-    _configure_dynamo()
-    compiled = torch.compile(_nvfp4_fused_ref, dynamic=False)
-    rows = []
-    ms = (1024, 49152) if quick else NVFP4_M
-    combos = [(m, n) for m in ms for n in NVFP4_N]
-    for M, N in tqdm(combos, desc="nvfp4 shapes", disable=not progress):
-        counts = torch.full((NVFP4_EXPERTS,), M // NVFP4_EXPERTS)
-        counts[: M % NVFP4_EXPERTS] += 1
-        eo = torch.cat((torch.zeros(1, dtype=torch.int64), counts.cumsum(0))).to(torch.int32)
-        bo = padded_blockscale_offsets(eo)
-        rows_pad = int(bo[-1])
-        eo, bo = eo.cuda(), bo.cuda()
-        gateup = torch.randn((M, 2 * N), device="cuda", dtype=torch.bfloat16)
-        act = silu_and_mul(gateup, interleaved=False)
-        gs = torch.full((NVFP4_EXPERTS,), 448 * 6 / float(act.float().abs().max()), device="cuda")
-        row_gs = gs.repeat_interleave(counts.cuda(), output_size=M)[:, None]
-        packed = torch.empty((M, N // 2), dtype=torch.uint8, device="cuda")
-        scales = torch.empty((rows_pad, (N // 16 + 3) // 4 * 4), dtype=torch.uint8, device="cuda")
-        out = (packed, scales)
-
-        def fused():
-            silu_and_mul_nvfp4_quant(gateup, gs, eo, bo, out=out, validate=False)
-
-        def unfused():
-            silu_and_mul(gateup, interleaved=False, out=act)
-            nvfp4_quant(act, gs, expert_offsets=eo, blockscale_offsets=bo, out=out, validate=False)
-
-        # bytes: the unfused path's own traffic for "unfused"; what the fused op must move otherwise
-        impls = {
-            "fused": (fused, True),
-            "unfused": (unfused, False),
-            "compile_static": (lambda: compiled(gateup, row_gs), True),
-        }
-        if M <= NVFP4_EAGER_MAX_M:  # 45-90 ms a call at M = 49152: a strawman not worth the GPU time
-            impls["torch_eager"] = (lambda: _nvfp4_fused_ref(gateup, row_gs), True)
-        fused_bytes = nvfp4_bytes(M, N, True, rows_pad)
-        timings = time_calls({name: fn for name, (fn, _) in impls.items()}, OTHER_PASSES)
-        for name, (_fn, is_fused) in impls.items():
-            nbytes = nvfp4_bytes(M, N, is_fused, rows_pad)
-            t = timings[name]
-            rows.append(
-                {
-                    "op": "silu_and_mul_nvfp4",
-                    "M": M,
-                    "N": N,
-                    "experts": NVFP4_EXPERTS,
-                    "impl": name,
-                    "config": NVFP4_IMPLS[name],
-                    "l2": "warm",
-                    **t.columns(nbytes, 3),
-                    "fused_floor_us": round(fused_bytes / (ceiling_tbps * 1e6), 3),
-                }
-            )
-    return rows
-
-
 # ---- driver ----------------------------------------------------------------------------------
 
 
@@ -556,41 +498,71 @@ def _has_fp8() -> bool:
     return importlib.util.find_spec("inkling_kernels.fp8") is not None
 
 
-def run(out: str | Path, quick: bool = False, cold: bool = False, tune: bool = True, command=None) -> dict:
-    """The whole sweep; writes ``out`` (silu CSV) and its companion files (NVFP4 CSV, tile sweeps
-    unless ``tune=False``, provenance JSON). Returns the provenance document."""
-    require_gpu()
-    out = Path(out)
+#: what ``run`` measures: "silu" (the silu_and_mul sweep, its record ``out`` and ``.json``),
+#: "quant" (NVFP4 and FP8: ``nvfp4_`` and ``fp8_`` CSVs, each with its JSON); "all" both, in one
+#: process. The GPU job runs the two as two steps (``bench``, ``bench_quant``), each within one call.
+PARTS = ("all", "silu", "quant")
+
+
+def _common_meta(command) -> dict:
+    """Provenance, clocks, L2 and the method: what every record of the sweep starts with."""
     meta = provenance.collect(command)
     meta["clock_warmup"] = warm_clocks()
     meta["l2_bytes"] = l2_bytes()
     meta["cold_rotation"] = f">= {COLD_FACTOR} x L2 of input buffer sets between two uses of a set"
     meta["timing"] = timing_meta()
-    meta["impls"] = IMPLS
-    meta["columns"] = pairing.describe(COLUMNS)
-    meta["anchors"] = {d: pairing.anchor_provenance(d) for d in anchors.ANCHORS}
-    meta["sglang_is_arch_support_pdl"] = anchors._is_arch_support_pdl()
-    meta["empty_kernel"] = empty_kernel_us()
-    meta["empty_kernel_us"] = meta["empty_kernel"]["median_us"]
-    meta["ceiling_49152x768"] = stream_ceiling(49152 * 768)
-    meta["ceiling_49152x3072"] = stream_ceiling(49152 * 3072)
-    ceiling = meta["ceiling_49152x3072"]["tbps"]
-    meta["ceiling_tbps_used_for_floors"] = ceiling
     meta["method"] = timing.__doc__.strip().split("\n\n", 1)[1]  # the method, as every record states it
-    meta["method_check"] = method_check()
-    skipped: list[dict] = []
-    rows = bench_silu(shapes(quick), cold, ceiling, skipped=skipped)
-    meta["anchor_skipped"] = skipped
-    meta["anchor_bits_equal_port"] = {k: all(r["bits_equal_port"] for r in rows if r["impl"] == k)
-                                      for k in ANCHOR_KEYS if any(r["impl"] == k for r in rows)}  # fmt: skip
-    write_csv(rows, out)
-    meta["nvfp4_impls"] = NVFP4_IMPLS
-    nv = bench_nvfp4(ceiling, quick=quick)
-    write_csv(nv, provenance.companion(out, "nvfp4"))
-    if _has_fp8() and not quick:  # the quick re-measurement checks silu_and_mul and NVFP4 only
-        run_fp8(meta, provenance.companion(out, "fp8"))
-    if tune:
-        write_csv(tile_sweep(), provenance.companion(out, "tune"))
-    meta["gpu_state_after"] = provenance.gpu_state()
-    provenance.write_record(provenance.companion(out, "meta"), json.dumps(meta, indent=1) + "\n")
+    meta["ceiling_49152x3072"] = stream_ceiling(49152 * 3072)
+    meta["ceiling_tbps_used_for_floors"] = meta["ceiling_49152x3072"]["tbps"]
+    return meta
+
+
+def run(out: str | Path, quick: bool = False, cold: bool = False, tune: bool = True, command=None,
+        part: str = "all", max_autotune_budget_s: float | None = None) -> dict:  # fmt: skip
+    """The sweep's ``part`` (:data:`PARTS`); writes ``out`` (silu CSV) and its companion files
+    (NVFP4 CSV and JSON, FP8 CSV and JSON, tile sweeps unless ``tune=False``, the silu record's
+    JSON). ``quick``: a subset, without max-autotune (notebook 06's re-measurement);
+    ``max_autotune_budget_s``: start no max-autotune compile after that many seconds of the part
+    (:func:`compile_baselines.set_budget`; the record lists what it skipped). Returns the
+    provenance document of the last part written."""
+    if part not in PARTS:
+        raise ValueError(f"part must be one of {PARTS}, got {part!r}")
+    require_gpu()
+    out = Path(out)
+    compile_baselines.set_budget(max_autotune_budget_s)
+    meta = _common_meta(command)
+    ceiling = meta["ceiling_tbps_used_for_floors"]
+    if part in ("all", "silu"):
+        meta["impls"] = IMPLS
+        meta["columns"] = pairing.describe(COLUMNS)
+        meta["anchors"] = {d: pairing.anchor_provenance(d) for d in anchors.ANCHORS}
+        meta["sglang_is_arch_support_pdl"] = anchors._is_arch_support_pdl()
+        meta["empty_kernel"] = empty_kernel_us()
+        meta["empty_kernel_us"] = meta["empty_kernel"]["median_us"]
+        meta["ceiling_49152x768"] = stream_ceiling(49152 * 768)
+        meta["method_check"] = method_check()
+        skipped: list[dict] = []
+        compile_info: dict = {}
+        rows = bench_silu(shapes(quick), cold, ceiling, skipped=skipped, max_autotune=not quick,
+                          compile_info=compile_info)  # fmt: skip
+        shapes_mat = [] if quick else [s.label for s in shapes() if _shape_key(s) in MAX_AUTOTUNE_SHAPES]
+        meta["compile"] = {**compile_baselines.record_meta({"silu_and_mul": shapes_mat}), "per_shape": compile_info}
+        meta["anchor_skipped"] = skipped
+        meta["anchor_bits_equal_port"] = {k: all(r["bits_equal_port"] for r in rows if r["impl"] == k)
+                                          for k in ANCHOR_KEYS if any(r["impl"] == k for r in rows)}  # fmt: skip
+        write_csv(rows, out)
+        if tune:
+            write_csv(tile_sweep(), provenance.companion(out, "tune"))
+        meta["gpu_state_after"] = provenance.gpu_state()
+        provenance.write_record(provenance.companion(out, "meta"), json.dumps(meta, indent=1) + "\n")
+    if part in ("all", "quant"):
+        compile_baselines.set_budget(max_autotune_budget_s)
+        info: dict = {}
+        nv_path = provenance.companion(out, "nvfp4")
+        nv = nvfp4_sweep.bench_nvfp4(ceiling, quick=quick, cold=cold, compile_info=info, max_autotune=not quick)
+        write_csv(nv, nv_path)
+        nv_meta = {**meta, **nvfp4_sweep.meta(info), "gpu_state_after": provenance.gpu_state()}
+        provenance.write_record(nv_path.with_suffix(".json"), json.dumps(nv_meta, indent=1) + "\n")
+        if _has_fp8() and not quick:  # the quick re-measurement checks silu_and_mul and NVFP4 only
+            run_fp8(dict(meta), provenance.companion(out, "fp8"))
     return meta

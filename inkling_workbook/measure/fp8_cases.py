@@ -113,18 +113,41 @@ def compile_draws(case: dict) -> int:
     return COMPILE_DRAWS if decode and is_timed(case, "torch_compile_static") else 1
 
 
-def _compiled_reference(interleaved: bool, ue8m0: bool, column_major: bool, draw: int = 0):
-    """torch.compile(dynamic=False) of the torch reference of the fused op, one per variant and
-    draw. Draw k > 0 compiles a copy of the function under its own code object (dynamo caches
-    compiled code on the code object), so the draws coexist; the caller makes its first call
-    inside :func:`fresh_compile` so inductor compiles and autotunes it afresh."""
-    key = (interleaved, ue8m0, column_major, draw)
-    if key not in _compiled:
-        import types
+#: the cases that also time torch.compile in max-autotune-no-cudagraphs (15-40 s of compile each,
+#: more with the group reduction): three of the README's headline rows, gate || up, row-major
+#: scales (decode, and the two sizes where experiment H found max-autotune 26-27% faster at 49152)
+MAX_AUTOTUNE_CASES = ("M16_N3072_nil", "M8192_N3072_nil", "M49152_N3072_nil")
 
+
+def has_max_autotune(case: dict) -> bool:
+    """Whether the benchmark times torch.compile max-autotune-no-cudagraphs on ``case``: a named
+    case, unless the sweep marked it ``max_autotune_skipped`` (past the GPU job's budget,
+    ``compile_baselines.max_autotune_allowed``)."""
+    named = case["name"] in MAX_AUTOTUNE_CASES and not case.get("max_autotune_skipped")
+    return named and is_timed(case, "torch_compile_static")
+
+
+def new_compile_state() -> None:
+    """Before a case's compile columns: dynamo reset (``compile_baselines.new_state``) and this
+    module's compile objects dropped, so each case compiles from a fresh state with new objects."""
+    from inkling_workbook.measure import compile_baselines
+
+    compile_baselines.new_state()
+    _compiled.clear()
+
+
+def _compiled_reference(interleaved: bool, ue8m0: bool, column_major: bool, draw: int = 0, mode: str = "default"):
+    """torch.compile(dynamic=False) of the torch reference of the fused op in ``mode`` (a key of
+    ``compile_baselines.MODES``), one per variant, draw and mode (each under a code object of its
+    own: dynamo caches compiled code on the code object, so the draws and modes coexist); the
+    caller makes its first call inside :func:`fresh_compile` so inductor compiles and autotunes it
+    afresh, after :func:`new_compile_state` for the case."""
+    key = (interleaved, ue8m0, column_major, draw, mode)
+    if key not in _compiled:
         import torch
 
         from inkling_kernels.reference import silu_and_mul_fp8_group_quant_ref
+        from inkling_workbook.measure import compile_baselines
 
         def fn(gateup):
             q, s = silu_and_mul_fp8_group_quant_ref(
@@ -132,10 +155,8 @@ def _compiled_reference(interleaved: bool, ue8m0: bool, column_major: bool, draw
             )
             return q, (s.t().contiguous() if column_major else s)  # column-major: stored transposed
 
-        if draw:
-            code = fn.__code__.replace(co_name=f"fn_draw{draw}")
-            fn = types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
-        _compiled[key] = torch.compile(fn, dynamic=False)
+        fn = compile_baselines.own_code(fn, f"draw{draw}_{mode}")
+        _compiled[key] = torch.compile(fn, dynamic=False, mode=compile_baselines.MODES[mode])
     return _compiled[key]
 
 
@@ -156,7 +177,8 @@ def fp8_impls(case: dict, seed: int = 0, draw: int = 0) -> dict[str, tuple[Calla
       preallocated outputs);
     * "torch_compile_static" (torch.compile(dynamic=False) of the torch reference of the fused op;
       only where :func:`is_timed`; ``draw``: which fresh compilation, :func:`compile_draws`, draw 0
-      the ordinary one);
+      the ordinary one), and on :data:`MAX_AUTOTUNE_CASES` "torch_compile_static_max_autotune"
+      (the same in mode max-autotune-no-cudagraphs);
     * for a masked case, "fused_2d_present" (the fused op on as many rows as are present, as one
       contiguous 2-D input: what those rows cost without the masked layout);
     * for a decode case (M <= 16, row-major scales, no UE8M0), "silu_and_mul_alone"
@@ -190,6 +212,7 @@ def fp8_impls(case: dict, seed: int = 0, draw: int = 0) -> dict[str, tuple[Calla
     uout = (torch.empty((*lead, N), dtype=torch.float8_e4m3fn, device=dev), empty_scales(lead, N // g, cm, dev))
     flat_gateup, flat_act = gateup.reshape(-1, 2 * N), act.reshape(-1, N)
     compiled = _compiled_reference(il, ue, cm, draw) if is_timed(case, "torch_compile_static") else None
+    autotuned = _compiled_reference(il, ue, cm, 0, "max_autotune") if has_max_autotune(case) else None
     opts = {"group_size": g, "scale_ue8m0": ue, "column_major_scales": cm}
 
     def fused():
@@ -215,6 +238,8 @@ def fp8_impls(case: dict, seed: int = 0, draw: int = 0) -> dict[str, tuple[Calla
     }
     if compiled is not None:
         impls["torch_compile_static"] = (torch_compile_static, nbytes)
+    if autotuned is not None:
+        impls["torch_compile_static_max_autotune"] = (lambda: autotuned(flat_gateup), nbytes)
     if case["M"] <= 16 and not (masked or cm or ue):
         # decode: silu_and_mul alone (bf16 out, preallocated, PDL on), timed in the same passes as
         # the fused op: the issue's decode target compares the two

@@ -8,13 +8,14 @@ from __future__ import annotations
 import contextlib
 import json
 import statistics
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import triton
 
-from inkling_workbook.measure import fp8_anchors, fp8_cases, pairing, provenance, timing
+from inkling_workbook.measure import compile_baselines, fp8_anchors, fp8_cases, pairing, provenance, timing
 
 # ---- FP8 per-token-group -----------------------------------------------------------------------
 
@@ -22,9 +23,12 @@ FP8_IMPLS = {
     "fused": "the fused Triton kernel (silu_and_mul_fp8_group_quant), outputs preallocated, PDL on (the sm_90 default)",
     "fused_no_pdl": "the same fused kernel launched with enable_pdl=False, outputs preallocated",
     "unfused": "silu_and_mul then fp8_group_quant (Triton), outputs preallocated, PDL on (the sm_90 default)",
-    "torch_compile_static": "torch.compile(dynamic=False) of the torch reference of the fused op (all rows); "
+    "torch_compile_static": "torch.compile(dynamic=False) of the torch reference of the fused op (all rows), mode "
+    "default, compiled fresh per case (compile_baselines.FRESH); "
     f"at decode (M = 16) the fastest of {fp8_cases.COMPILE_DRAWS} fresh compilations (inductor's autotuner draws its "
     "reduction config once, at the first call: experiment S), every draw's median in compile_draws_us",
+    "torch_compile_static_max_autotune": "the same in mode max-autotune-no-cudagraphs (inductor's CUDA graphs off: "
+    "the sweep captures its own), compiled fresh per case; on fp8_cases.MAX_AUTOTUNE_CASES only",
     "fused_2d_present": "masked cases: the fused kernel on the rows present as one contiguous 2-D input "
     "(fresh random data), outputs preallocated, PDL on",
     "silu_and_mul_alone": "decode cases: silu_and_mul alone (the Triton port, bf16 out preallocated, PDL on), "
@@ -58,6 +62,9 @@ FP8_TIMING = {
     "clocks": "SM clock, power and throttle reasons read after every pass: sm_clock_mhz is their median, "
     "sm_clock_min/max the extremes, throttle_reasons every reason seen; pass_medians_us and pass_clocks_mhz "
     "pass by pass (from the sweep after 72ae121)",
+    "compile_fresh": "every case: dynamo reset and new compile objects (fp8_cases.new_compile_state), each "
+    "compile column's first call inside fp8_cases.fresh_compile (empty inductor and Triton caches); its seconds "
+    "in compile_s",
     "compile_at_decode": f"torch.compile static at M = 16: {fp8_cases.COMPILE_DRAWS} fresh compilations "
     "(empty inductor "
     "caches, each autotuned at its first call), timed in the same passes; the fastest is the baseline "
@@ -87,6 +94,14 @@ def _best_compile_draw(case: dict) -> tuple[int, list[float]]:
     t = timing.time_calls(calls, timing.DECODE_PASSES)
     medians = [t[draw].median_us for draw in range(n)]
     return medians.index(min(medians)), medians
+
+
+def _within_budget(case: dict) -> dict:
+    """``case``, marked ``max_autotune_skipped`` when its max-autotune column would start past the
+    GPU job's budget (``compile_baselines.max_autotune_allowed``, which records it)."""
+    if fp8_cases.has_max_autotune(case) and not compile_baselines.max_autotune_allowed(case["name"]):
+        return {**case, "max_autotune_skipped": True}
+    return case
 
 
 def _fp8_cold(case: dict) -> bool:
@@ -127,7 +142,6 @@ def bench_fp8(
     ``skipped_out`` with its reason."""
     from tqdm.auto import tqdm
 
-    timing._configure_dynamo()
     cases = fp8_cases.fp8_cases()
     if quick:
         cases = [c for c in cases if c["M"] in (16, 49152) and not (c["column_major_scales"] or c["scale_ue8m0"])]
@@ -136,9 +150,25 @@ def bench_fp8(
     it = tqdm(cases, desc="fp8 cases", disable=not progress)
     for case in it:
         it.set_postfix_str(case["name"])
+        fp8_cases.new_compile_state()  # this case's compile columns: new objects, from a fresh state
+        case = _within_budget(case)
         draw, draws_us = _best_compile_draw(case)
+        compile_s: dict[str, float] = {}
         for mode in ["warm"] + (["cold"] if cold and _fp8_cold(case) else []):
             first = fp8_cases.fp8_impls(case, draw=draw)
+            if mode == "warm":  # compiled afresh on the first set, before any check or timing
+                for name in ("torch_compile_static", "torch_compile_static_max_autotune"):
+                    if (
+                        name in first
+                        and fp8_cases.is_timed(case, name)
+                        and not (name == "torch_compile_static" and draws_us)
+                    ):
+                        t0 = time.perf_counter()
+                        with fp8_cases.fresh_compile():
+                            first[name][0]()
+                            if torch.cuda.is_available():
+                                torch.cuda.synchronize()
+                        compile_s[name] = round(time.perf_counter() - t0, 2)
             fp8_cases.check_fused_equals_unfused(case, first)  # outputs checked before they are timed
             checks = fp8_anchors.check_anchors(
                 case, first, fp8_cases.present_rows
@@ -222,6 +252,7 @@ def bench_fp8(
                         "compile_draws_us": " ".join(f"{d:.4f}" for d in draws_us)
                         if name == "torch_compile_static"
                         else "",
+                        "compile_s": compile_s.get(name, ""),
                     }
                 )
             del first
@@ -237,6 +268,7 @@ def run_fp8(meta: dict, csv_path: str | Path) -> list[dict]:
     for n in (1536, 3072):
         meta[f"ceiling_fp8_49152x{n}"] = timing.stream_ceiling(49152 * n, out_dtype=torch.uint8)
     meta["fp8_impls"] = FP8_IMPLS
+    fp8_compile = {"fp8": list(fp8_cases.MAX_AUTOTUNE_CASES)}
     meta["fp8_timing"] = FP8_TIMING
     meta["fp8_anchor_impls"] = fp8_anchors.FP8_ANCHOR_IMPLS
     meta["fp8_columns"] = pairing.describe(fp8_anchors.FP8_COLUMNS)
@@ -249,6 +281,7 @@ def run_fp8(meta: dict, csv_path: str | Path) -> list[dict]:
         skipped_out=skipped,
     )
     meta["fp8_anchor_skipped"] = skipped
+    meta["fp8_compile"] = compile_baselines.record_meta(fp8_compile)  # after the cases: the budget's skips
     meta["fp8_anchor_within_bounds_all"] = all(r["anchor_within_bounds"] for r in rows if r["anchor_check"])
     timing.write_csv(rows, csv_path)
     own = {

@@ -151,6 +151,50 @@ SILU_ANCHOR_COLUMNS = {
 }  # fmt: skip
 
 
+# ---- the torch.compile columns: default and max-autotune, each compiled fresh per shape ---------
+
+#: inductor can generate PDL (``torch._inductor.config.triton.enable_pdl``, off by default); the
+#: torch.compile columns run its default, so they pair with the port without PDL
+INDUCTOR_PDL = "inductor default: triton.enable_pdl off"
+
+
+def compile_column(key: str, function: str, mode: str, shape_words: str, op: str = "silu_and_mul") -> Column:
+    """A torch.compile baseline column: torch's version, ``torch.compile of <function>``, and its
+    configuration: ``shape_words`` (dynamic=False, M dynamic...), the mode and what fresh means
+    (:func:`compile_baselines.mode_config`), inductor's PDL default; no PDL."""
+    from inkling_workbook.measure.compile_baselines import mode_config
+
+    return Column(key, "torch", torch.__version__.split("+")[0], f"torch.compile of {function}",
+                  f"{shape_words}, {mode_config(mode)}, {INDUCTOR_PDL}", False, "baseline", op=op)  # fmt: skip
+
+
+#: the silu_and_mul sweep's compile columns (``bench``)
+SILU_COMPILE_COLUMNS = {
+    "compile_static": compile_column("compile_static", "silu_and_mul_ref", "default", "dynamic=False"),
+    "compile_dynamic_m": compile_column("compile_dynamic_m", "silu_and_mul_ref", "default",
+                                        "M dynamic, compiled at M=8192, then called at the shape"),
+    "compile_static_max_autotune": compile_column("compile_static_max_autotune", "silu_and_mul_ref", "max_autotune",
+                                                  "dynamic=False"),
+}  # fmt: skip
+#: the NVFP4 sweep's (the fused op's torch reference, linear scales)
+NVFP4_COMPILE_COLUMNS = {
+    k: compile_column(k, "the fused NVFP4 reference (linear scales)", m, "dynamic=False", op="nvfp4_fused")
+    for k, m in (("compile_static", "default"), ("compile_static_max_autotune", "max_autotune"))
+}
+#: the FP8 sweep's (the fused op's torch reference)
+FP8_COMPILE_COLUMNS = {
+    k: compile_column(k, "the fused reference", m, "dynamic=False", op="fp8_fused")
+    for k, m in (("torch_compile_static", "default"), ("torch_compile_static_max_autotune", "max_autotune"))
+}
+#: per sweep, the compile columns that are the same baseline in its two modes: a table takes the
+#: faster of them on each shape as the strongest torch.compile (``publish.speedup``)
+COMPILE_FAMILIES = {
+    "silu_and_mul": ("compile_static", "compile_dynamic_m", "compile_static_max_autotune"),
+    "nvfp4": ("compile_static", "compile_static_max_autotune"),
+    "fp8": ("torch_compile_static", "torch_compile_static_max_autotune"),
+}
+
+
 def _cuda(device) -> bool:
     return torch.device(device).type == "cuda"
 

@@ -16,7 +16,8 @@ Method (per implementation and shape):
 5. Replay the graph ``rounds`` (10) times, each timed with CUDA events; per-call time = replay
    time / calls. Every shape is timed in passes interleaved across the implementations (pass 1:
    every implementation, then pass 2, ..., the order rotated from pass to pass), three at
-   decode sizes (M <= 16) and two otherwise; each pass replays every graph ``rounds`` times.
+   every size (decode, M <= 16, and above; the FP8 sweep five past decode); each pass replays
+   every graph ``rounds`` times.
    The SM clock is read after each shape.
 6. Report the median over all replays and the spread: ``lo_us``/``hi_us`` are the lowest and
    highest per-pass median (with a single pass, the replays' quartiles; ``min_us``/``max_us``
@@ -54,9 +55,12 @@ from inkling_workbook.measure import provenance
 MIN_CALLS = 100  # calls in one timed graph, at least
 MIN_REPLAY_US = 1000.0  # and enough of them for a replay of at least this long
 MAX_CALLS = 20000
+REPLAY_MARGIN = 1.2  # a graph is sized for 1.2 x MIN_REPLAY_US, so the timed replays stay above it
+ACCEPT_MARGIN = 1.1  # a graph measured at >= 1.1 x MIN_REPLAY_US a replay is kept as it is
+SIZE_TRIES = 3  # resizes of a graph before it is timed
 ROUNDS = 10  # timed replays per pass
 DECODE_PASSES = 3
-OTHER_PASSES = 2  # replays are cheap next to captures and compiles: every shape gets interleaved passes
+OTHER_PASSES = 3  # replays are cheap next to captures and compiles: three interleaved passes at every size
 DECODE_MAX_M = 16
 COLD_FACTOR = 3  # cold L2: rotate over at least this many L2s of data
 MAX_COLD_SETS = 4096
@@ -142,29 +146,20 @@ class GraphTimer:
                     c()
         torch.cuda.current_stream().wait_stream(self.stream)
         torch.cuda.synchronize()
-        n = len(calls)
-        if reps is None:
-            probe = self._round(max(min_calls, n))
-            self._capture(probe)
-            per_call = statistics.median(self.replay(3))
-            reps = self._round(max(min_calls, math.ceil(min_replay_us / max(per_call, 1e-3))))
-            reps = min(reps, max(self._round(MAX_CALLS), probe))
-            if reps != probe:
-                self._capture(reps)
-            # the probe's per-call time includes its capture's ramp, so the count can fall short of
-            # the replay length (seen: 922 us for a 1 ms target): measured once more, and scaled up
-            cap = max(self._round(MAX_CALLS), probe)
-            replay = statistics.median(self.replay(3)) * self.graph_calls  # the whole replay, us
-            if replay < min_replay_us and reps < cap:
-                reps = min(cap, self._round(math.ceil(reps * 1.1 * min_replay_us / max(replay, 1e-3))))
-                self._capture(reps)
+        if reps is None:  # sized by measurement; the last graph measured is the one timed
+            size_graph(self._measure, len(calls), min_calls, min_replay_us)
         else:
             self._capture(self._round(reps))
         self.reps = self.graph_calls
 
     def _round(self, count: int) -> int:
-        n = len(self.calls)
-        return max(n, math.ceil(count / n) * n)
+        return round_to_sets(count, len(self.calls))
+
+    def _measure(self, count: int) -> float:
+        """Capture ``count`` calls (a multiple of the buffer sets) and return the per-call us of
+        the median of three replays (:func:`size_graph`'s measurement)."""
+        self._capture(count)
+        return statistics.median(self.replay(3))
 
     def _capture(self, count: int) -> None:
         self.graph = None
@@ -193,6 +188,49 @@ class GraphTimer:
 
     def close(self) -> None:
         self.graph = None
+
+
+def round_to_sets(count: int, n_sets: int) -> int:
+    """``count`` rounded up to a whole number of rotations over ``n_sets`` buffer sets."""
+    return max(n_sets, math.ceil(count / n_sets) * n_sets)
+
+
+def planned_reps(per_call_us: float, n_sets: int = 1, min_calls: int = MIN_CALLS,
+                 min_replay_us: float = MIN_REPLAY_US) -> int:  # fmt: skip
+    """The calls one timed graph holds for a call of ``per_call_us``: at least ``min_calls``, and
+    enough for a replay of ``REPLAY_MARGIN`` x ``min_replay_us`` (the timed replays can run faster
+    than the measurement that sized them: clocks boost, the capture's ramp is gone), a whole number
+    of rotations over ``n_sets``; at most :data:`MAX_CALLS` rounded up to the sets."""
+    want = max(min_calls, math.ceil(REPLAY_MARGIN * min_replay_us / max(per_call_us, 1e-3)))
+    return round_to_sets(min(want, MAX_CALLS), n_sets)
+
+
+def meets_replay_rule(reps: int, per_call_us: float, min_calls: int = MIN_CALLS,
+                      min_replay_us: float = MIN_REPLAY_US) -> bool:  # fmt: skip
+    """The method's rule for one timed graph: at least ``min_calls`` calls and a replay of at
+    least ``min_replay_us`` at the per-call time measured."""
+    return reps >= min_calls and reps * per_call_us >= min_replay_us
+
+
+def size_graph(measure: Callable[[int], float], n_sets: int, min_calls: int = MIN_CALLS,
+               min_replay_us: float = MIN_REPLAY_US, tries: int = SIZE_TRIES) -> int:  # fmt: skip
+    """The call count of a timed graph: ``measure(count)`` captures ``count`` calls and returns
+    the per-call us of a replay. A probe of ``min_calls`` calls gives the first estimate; a graph
+    whose replay falls short of ``ACCEPT_MARGIN`` x ``min_replay_us`` is resized from its own
+    measurement (:func:`planned_reps`, sized for ``REPLAY_MARGIN`` x) and measured again, up to
+    ``tries`` times: a probe's per-call time includes its capture's ramp (seen: 922 us for a 1 ms
+    target with one resize). Returns the count of the last graph ``measure`` captured."""
+    count = round_to_sets(min_calls, n_sets)
+    per_call = measure(count)
+    for _ in range(tries):
+        if meets_replay_rule(count, per_call, min_calls, ACCEPT_MARGIN * min_replay_us):
+            break
+        want = planned_reps(per_call, n_sets, min_calls, min_replay_us)
+        if want <= count:  # at the cap
+            break
+        count = want
+        per_call = measure(count)
+    return count
 
 
 def graph_time(calls: list[Callable[[], object]], rounds: int = ROUNDS, reps: int | None = None) -> Timing:
@@ -347,6 +385,8 @@ def timing_meta() -> dict:
     return {
         "min_calls": MIN_CALLS,
         "min_replay_us": MIN_REPLAY_US,
+        "graph_sizing": f"planned for {REPLAY_MARGIN} x min_replay_us; a graph measured below {ACCEPT_MARGIN} x "
+        f"is resized from its own measurement, up to {SIZE_TRIES} times (size_graph)",
         "rounds": ROUNDS,
         "decode_passes": DECODE_PASSES,
         "other_passes": OTHER_PASSES,

@@ -15,7 +15,13 @@ import pandas as pd  # noqa: E402
 from inkling_workbook.publish import style  # noqa: E402
 
 
+def _warm(df: pd.DataFrame) -> pd.DataFrame:
+    """The warm-L2 rows (the NVFP4 sweep has cold-L2 rows too from the sweep with fresh compiles)."""
+    return df[df.l2 == "warm"] if "l2" in df else df
+
+
 def draw_nvfp4(df: pd.DataFrame, meta: dict, out_stem: Path) -> list[Path]:
+    df = _warm(df)
     wide = df.pivot_table(index=["M", "N"], columns="impl", values="median_us").reset_index()
     wide = wide.sort_values(["N", "M"]).reset_index(drop=True)
     fig, ax = plt.subplots(figsize=(7.5, 4.4))
@@ -105,7 +111,8 @@ def draw_nvfp4_floors(
     instruction-issue floor :func:`issue_floor_us` when an instruction count per element is known
     (the PTX record's NVFP4 kernel, else ``instr_per_element``, one count or one per N, with its
     source), at the record's SM count and its clock after the sweep."""
-    f = nv[nv.impl == "fused"].sort_values(["N", "M"])
+    f = _warm(nv)
+    f = f[f.impl == "fused"].sort_values(["N", "M"])
     fig, ax = plt.subplots(figsize=(7.5, 5.0))
     ns = sorted(f.N.unique())
     rec = nvfp4_kernel_record(ptx)

@@ -22,11 +22,13 @@ COLORS = {
     "helion_fixed": "#9ECAE1",
     "compile_static": "#FF7F0E",
     "compile_dynamic_m": "#FDAE6B",
+    "compile_static_max_autotune": "#D62728",
     "torch_eager": "#8C8C8C",
     "fused": "#2CA02C",
     "fused_no_pdl": "#98DF8A",
     "unfused": "#1F77B4",
     "torch_compile_static": "#FF7F0E",
+    "torch_compile_static_max_autotune": "#D62728",
 }
 
 
@@ -38,13 +40,16 @@ LABELS = {
     "helion_fixed": "helion 1.4 (fixed 1x256 tile, 4 warps)",
     "compile_static": "torch.compile (dynamic=False)",
     "compile_dynamic_m": "torch.compile (M dynamic)",
+    "compile_static_max_autotune": "torch.compile (dynamic=False, max-autotune-no-cudagraphs)",
     "torch_eager": "torch eager",
     "helion_best": "helion 1.4, the faster of its two configs on each shape",
-    "compile_best": "torch.compile, the faster of static and M-dynamic on each shape (same run)",
+    "compile_best": "torch.compile, the fastest of static, M-dynamic and max-autotune (where timed) on each shape "
+    "(same run)",
     "fused": "fused Triton kernel",
     "fused_no_pdl": "fused Triton kernel, PDL off",
     "unfused": "silu_and_mul + quant (Triton, two kernels)",
     "torch_compile_static": "torch.compile (dynamic=False) of the reference",
+    "torch_compile_static_max_autotune": "torch.compile (dynamic=False, max-autotune-no-cudagraphs) of the reference",
 }
 
 
@@ -55,20 +60,38 @@ SHORT = {
     "helion_fixed": "helion fixed tile",
     "compile_static": "compile static",
     "compile_dynamic_m": "compile M-dyn",
+    "compile_static_max_autotune": "compile max-autotune",
     "torch_eager": "eager",
     "helion_best": "best helion",
     "compile_best": "best compile",
 }
 
 
-BASELINES = ("helion_sm90", "helion_fixed", "compile_static", "compile_dynamic_m", "torch_eager")
+BASELINES = ("helion_sm90", "helion_fixed", "compile_static", "compile_dynamic_m", "compile_static_max_autotune",
+             "torch_eager")  # fmt: skip
 
 
 HEADLINE = ("helion_sm90", "compile_static")
 
 
-#: per shape, the faster of two versions of one baseline: its strongest version in this run
-BEST = {"helion_best": ("helion_sm90", "helion_fixed"), "compile_best": ("compile_static", "compile_dynamic_m")}
+#: per shape, the fastest version of one baseline: its strongest version in this run (torch.compile:
+#: ``measure.pairing.COMPILE_FAMILIES["silu_and_mul"]``, max-autotune where the sweep timed it)
+BEST = {
+    "helion_best": ("helion_sm90", "helion_fixed"),
+    "compile_best": ("compile_static", "compile_dynamic_m", "compile_static_max_autotune"),
+}
+#: the same for the fused ops' torch.compile columns (``pairing.COMPILE_FAMILIES``)
+COMPILE_BEST = {
+    "nvfp4": ("compile_static", "compile_static_max_autotune"),
+    "fp8": ("torch_compile_static", "torch_compile_static_max_autotune"),
+}
+
+
+def fastest(rows, impls):
+    """The row of ``rows`` (a DataFrame indexed by impl, one shape) with the lowest median among
+    ``impls`` present: the strongest version of a baseline on that shape."""
+    have = [i for i in impls if i in rows.index]
+    return rows.loc[have].median_us.idxmin()
 
 
 KEYS = ["group", "M", "N", "layout", "weighted"]
