@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("serving", help="PDL in a decode chain, host time per call (GPU only)")
     p.add_argument("--out", help="JSON output (default data/serving_<gpu>.json)")
     p.set_defaults(fn=_serving)
-    p = sub.add_parser("steps", help="time every step of the port and the package kernel (GPU only)")
+    p = sub.add_parser("steps", help="time helion's original, every step of the port and the package kernel (GPU only)")
     p.add_argument("--out", help="CSV output (default data/port_steps_<gpu>.csv; a .json beside it)")
     p.set_defaults(fn=_steps)
     p = sub.add_parser("fp8-steps", help="check and time every step of the fused FP8 kernel (notebook 07; GPU only)")
