@@ -318,10 +318,10 @@ def row(step: str, M: int, N: int, t, sm_clock_mhz=None, helion_us: float | None
 
 def time_steps(shapes=SHAPES, names: list[str] | None = None, passes: int | None = None) -> list[dict]:
     """Time ``names`` (default: helion when installed, every step and the package) on ``shapes``
-    with the project's method:
-    one :class:`timing.GraphTimer` per implementation on the same buffers (warm L2), passes interleaved
-    across implementations (:func:`timing.time_interleaved`; decode shapes 3 passes, others 2
-    unless ``passes`` is given). GPU only; call :func:`timing.warm_clocks` first."""
+    with the project's method: one :class:`timing.GraphTimer` per implementation on the same buffers
+    (warm L2), passes interleaved across implementations (:func:`timing.time_interleaved`; decode
+    shapes 3 passes, others 2 unless ``passes`` is given); each row's ``vs_helion`` from the same
+    passes. GPU only; call :func:`timing.warm_clocks` first."""
     from inkling_workbook.measure import timing
 
     impls = implementations()
@@ -365,8 +365,8 @@ def measure_steps(out: str | Path | None = None, shapes=SHAPES, command=None) ->
     }
     if not helion:
         meta["helion"]["why_not"] = helion_original.INSTALL_HINT
-    original = {"index": HELION_STEP, "name": HELION, "technique": "helion 1.4.0 original, production config",
-                "expect": "the original the port replaces"}  # fmt: skip
+    original = {"index": HELION_STEP, "name": HELION, "expect": "the original the port replaces",
+                "technique": f"helion {helion_original.HELION_VERSION} original, production config"}  # fmt: skip
     meta["steps"] = ([original] if helion else []) + [s.__dict__ for s in STEPS]
     meta["steps"] += [{"index": len(STEPS), "name": "package", "technique": "inkling_kernels.silu_and_mul, PDL off",
                        "expect": ""}]  # fmt: skip
