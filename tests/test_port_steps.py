@@ -150,3 +150,32 @@ def test_step_kernels_compile_for_sm90_and_static_masks_remove_predicates():
         ptx = _ptx(port_steps.step4_flat_kernel, i32, flags | {"BLOCK_M": 1, "INT64": not even})
         assert "ld.global" in ptx and "st.global" in ptx
     assert setp[True] < setp[False]
+
+
+@pytest.mark.parametrize("helion", [True, False])
+def test_measure_steps_record_starts_from_helion(tmp_path, monkeypatch, helion):
+    """The record ``steps`` writes: helion's row first where helion is installed, its config policy in
+    the metadata, and a note where it is not (the timing itself is faked: no GPU here)."""
+    t = Timing.from_passes([[1.0, 1.2, 1.1], [1.3, 1.25, 1.15]], reps=200)
+    timed = {}
+
+    def fake_time_steps(shapes, names=None, passes=None):
+        timed["names"] = names
+        return [port_steps.row(k, M, N, t, None, t.median_us if helion else None) for M, N in shapes for k in names]
+
+    monkeypatch.setattr(port_steps.helion_original, "available", lambda: helion)
+    monkeypatch.setattr(port_steps, "time_steps", fake_time_steps)
+    monkeypatch.setattr(timing, "require_gpu", lambda: None)
+    monkeypatch.setattr(timing, "warm_clocks", lambda seconds=1.0: {})
+    monkeypatch.setattr(port_steps.provenance, "collect", lambda command=None: {"device": "fake"})
+    monkeypatch.setattr(port_steps.provenance, "gpu_state", lambda: {})
+    csv_path, meta_path = port_steps.measure_steps(tmp_path / "port_steps_fake.csv", shapes=[(16, 3072)])
+    first = [port_steps.HELION] if helion else []
+    assert timed["names"] == [*first, *port_steps.STEP_NAMES, "package"]
+    meta = json.loads(meta_path.read_text())
+    assert meta["helion"]["timed"] is helion and ("why_not" in meta["helion"]) is not helion
+    assert [s["name"] for s in meta["steps"]] == [*first, *port_steps.STEP_NAMES, "package"]
+    back = list(csv.DictReader(csv_path.open()))
+    assert [r["impl"] for r in back] == timed["names"]
+    if helion:
+        assert back[0]["config"] == "helion sm90 table cfg 3" and back[0]["step"] == "-1"
