@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-s", type=float, default=150.0, help="start no new case after this many seconds")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(fn=_server_chain)
-    p = sub.add_parser("steps", help="time every step of the port and the package kernel (GPU only)")
+    p = sub.add_parser("steps", help="time helion's original, every step of the port and the package kernel (GPU only)")
     p.add_argument("--out", help="CSV output (default data/port_steps_<gpu>.csv; a .json beside it)")
     p.set_defaults(fn=_steps)
     p = sub.add_parser("fp8-steps", help="check and time every step of the fused FP8 kernel (notebook 07; GPU only)")

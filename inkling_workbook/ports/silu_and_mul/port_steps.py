@@ -1,11 +1,16 @@
 """The port of the interleaved ``silu_and_mul`` step by step: from a naive Triton kernel to the
-package's, one technique a step, each step a real kernel with its own launcher.
+package's, one technique a step, each step a real kernel with its own launcher, every one timed
+against the original it replaces (helion's kernel with the config production ran it with).
 
 Every step computes with :func:`inkling_kernels._activation._silu_mul` (the one operation
 order) and multiplies the optional per-row weight last, then rounds once at the store, so every
 step is bitwise equal to :func:`inkling_kernels.silu_and_mul` (``tests/test_port_steps.py``):
 the techniques change how fast the bits arrive, never the bits. The last step is the package's
 kernel in technique (notebook 02 shows the package's own source for it).
+
+The original (row ``helion``, step -1, timed when helion is installed): helion's kernel
+(:func:`helion_original.silu_and_mul_helion`) with the sm_90 table's config where the table has the
+width ``2N``, else the fixed 1x256 tile (:func:`helion_config`); its row names the config.
 
 Steps (interleaved layout ``g0 u0 g1 u1 ...``):
 
@@ -24,9 +29,10 @@ Steps (interleaved layout ``g0 u0 g1 u1 ...``):
 6. ``heuristic``: the tile and warps of :func:`inkling_kernels.silu_and_mul.launch_config`
    (the package kernel's technique, complete).
 
-:func:`measure_steps` times every step and the package kernel with the project's method
+:func:`measure_steps` times helion, every step and the package kernel with the project's method
 (:mod:`inkling_workbook.measure.timing`: fixed-count CUDA graphs, warm clocks, passes interleaved) and
-writes ``data/port_steps_<gpu>.csv`` and ``.json``.
+writes ``data/port_steps_<gpu>.csv`` and ``.json``; each row's ``vs_helion`` is helion's median over
+the row's (above 1: faster than the original).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from inkling_kernels._activation import _silu_mul
 from inkling_kernels._backend import INT32_LIMIT
 from inkling_kernels.silu_and_mul import launch_config, silu_and_mul
 from inkling_workbook.measure import provenance
+from inkling_workbook.ports.silu_and_mul import helion_original
 
 NAIVE_BLOCK_M = 8  # rows a program in steps 0-2 (and above M = 1024 in steps 3-5)
 BLOCK_N = 256  # columns a program in steps 0-5
@@ -193,6 +200,22 @@ STEPS = [
          "the last few percent: wide tiles and enough rows a program at prefill, small tiles at decode"),
 ]  # fmt: skip
 STEP_NAMES = [s.name for s in STEPS]
+HELION = "helion"  # the original's row, before the ladder (step -1)
+HELION_STEP = -1
+
+
+def helion_config(N: int, weighted: bool = False) -> str:
+    """The config production ran helion with at width ``N``: ``"sm90_table"`` where the sm_90
+    table has ``2N``, else ``"fixed"`` (the 1x256 tile, 4 warps)."""
+    return "sm90_table" if helion_original.sm90_config_index(2 * N, weighted) is not None else "fixed"
+
+
+def run_helion(
+    gateup: torch.Tensor, topk_weights: torch.Tensor | None = None, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """helion's original (interleaved) with :func:`helion_config` for the shape."""
+    config = helion_config(gateup.shape[1] // 2, topk_weights is not None)
+    return helion_original.silu_and_mul_helion(gateup, topk_weights, interleaved=True, out=out, config=config)
 
 
 def _tile(name: str, M: int, N: int) -> tuple[int, int, int]:
@@ -205,7 +228,14 @@ def _tile(name: str, M: int, N: int) -> tuple[int, int, int]:
     return (1 if one_row else NAIVE_BLOCK_M), block_n, NUM_WARPS
 
 
-def config_label(name: str, M: int, N: int) -> str:
+def config_label(name: str, M: int, N: int, weighted: bool = False) -> str:
+    """How a row names its config: a step's tile (``8x256/4w``), ``package <tile>``, or helion's
+    (``helion sm90 table cfg 3``, ``helion fixed 1x256/4w``)."""
+    if name == HELION:
+        return helion_original.config_label(helion_config(N, weighted), 2 * N, weighted)
+    if name == "package":
+        cfg = launch_config(M, N)
+        return f"package {cfg.BLOCK_M}x{cfg.BLOCK_N}/{cfg.num_warps}w"
     bm, bn, warps = _tile(name, M, N)
     return f"{bm}x{bn}/{warps}w"
 
@@ -249,9 +279,12 @@ def run_step(
     return out
 
 
-def implementations() -> dict[str, Callable]:
-    """name -> fn(gateup, weights) -> out: every step, then the package kernel (PDL off)."""
-    impls: dict[str, Callable] = {s.name: (lambda x, w, s=s.name: run_step(s, x, w)) for s in STEPS}
+def implementations(helion: bool | None = None) -> dict[str, Callable]:
+    """name -> fn(gateup, weights) -> out: helion's original (when ``helion``, by default when it
+    is installed), every step, then the package kernel (PDL off)."""
+    helion = helion_original.available() if helion is None else helion
+    impls: dict[str, Callable] = {HELION: lambda x, w: run_helion(x, w)} if helion else {}
+    impls |= {s.name: (lambda x, w, s=s.name: run_step(s, x, w)) for s in STEPS}
     impls["package"] = lambda x, w: silu_and_mul(x, w, interleaved=True, enable_pdl=False)
     return impls
 
@@ -262,31 +295,33 @@ def implementations() -> dict[str, Callable]:
 SHAPES = [(1, 3072), (16, 3072), (4096, 3072), (49152, 3072), (49152, 768)]
 
 
-def row(step: str, M: int, N: int, t, sm_clock_mhz=None) -> dict:
-    """One CSV row: the step, the shape, its tile and the columns of its timing ``t`` (timing.Timing)."""
+def row(step: str, M: int, N: int, t, sm_clock_mhz=None, helion_us: float | None = None) -> dict:
+    """One CSV row: the step (-1 for helion, ``len(STEPS)`` for the package), the shape, its config,
+    the columns of its timing ``t`` (timing.Timing) and ``vs_helion``: ``helion_us`` (helion's median
+    at this shape, same passes) over this row's median, empty where helion was not timed."""
     from inkling_workbook.measure.bench import silu_bytes
 
-    index = STEP_NAMES.index(step) if step in STEP_NAMES else len(STEPS)
-    cfg = launch_config(M, N)
-    config = config_label(step, M, N) if step in STEP_NAMES else f"package {cfg.BLOCK_M}x{cfg.BLOCK_N}/{cfg.num_warps}w"
+    index = HELION_STEP if step == HELION else STEP_NAMES.index(step) if step in STEP_NAMES else len(STEPS)
     return {
         "step": index,
         "impl": step,
         "M": M,
         "N": N,
         "layout": "il",
-        "config": config,
+        "config": config_label(step, M, N),
         "l2": "warm",
         **t.columns(silu_bytes(M, N, False), 4),
+        "vs_helion": None if helion_us is None else round(helion_us / t.median_us, 4),
         "sm_clock_mhz": sm_clock_mhz,
     }
 
 
 def time_steps(shapes=SHAPES, names: list[str] | None = None, passes: int | None = None) -> list[dict]:
-    """Time ``names`` (default: every step and the package) on ``shapes`` with the project's method:
-    one :class:`timing.GraphTimer` per implementation on the same buffers (warm L2), passes interleaved
-    across implementations (:func:`timing.time_interleaved`; decode shapes 3 passes, others 2
-    unless ``passes`` is given). GPU only; call :func:`timing.warm_clocks` first."""
+    """Time ``names`` (default: helion when installed, every step and the package) on ``shapes``
+    with the project's method: one :class:`timing.GraphTimer` per implementation on the same buffers
+    (warm L2), passes interleaved across implementations (:func:`timing.time_interleaved`; decode
+    shapes 3 passes, others 2 unless ``passes`` is given); each row's ``vs_helion`` from the same
+    passes. GPU only; call :func:`timing.warm_clocks` first."""
     from inkling_workbook.measure import timing
 
     impls = implementations()
@@ -297,13 +332,15 @@ def time_steps(shapes=SHAPES, names: list[str] | None = None, passes: int | None
         n_passes = passes or (timing.DECODE_PASSES if M <= timing.DECODE_MAX_M else timing.OTHER_PASSES)
         timings = timing.time_calls({k: lambda fn=impls[k], x=x: fn(x, None) for k in names}, n_passes)
         clock = provenance.gpu_state().get("sm_clock_mhz")
-        rows += [row(k, M, N, timings[k], clock) for k in names]
+        helion_us = timings[HELION].median_us if HELION in timings else None
+        rows += [row(k, M, N, timings[k], clock, helion_us) for k in names]
     return rows
 
 
 def measure_steps(out: str | Path | None = None, shapes=SHAPES, command=None) -> tuple[Path, Path]:
-    """Every step and the package kernel on :data:`SHAPES`, warm L2 -> ``data/port_steps_<gpu>.csv``
-    and ``.json`` (provenance, method, steps). About a minute on an H200, compiles included."""
+    """helion (when installed), every step and the package kernel on :data:`SHAPES`, warm L2 ->
+    ``data/port_steps_<gpu>.csv`` and ``.json`` (provenance, method, steps). About a minute on an
+    H200, compiles included."""
     from inkling_workbook.measure import timing
 
     timing.require_gpu()
@@ -320,9 +357,20 @@ def measure_steps(out: str | Path | None = None, shapes=SHAPES, command=None) ->
         "output_policy": "every implementation allocates its output",
         "spread": "lowest and highest pass median",
     }
-    meta["steps"] = [s.__dict__ for s in STEPS] + [{"index": len(STEPS), "name": "package", "technique":
-                                                   "inkling_kernels.silu_and_mul, PDL off", "expect": ""}]  # fmt: skip
+    helion = helion_original.available()
+    meta["helion"] = {
+        "timed": helion,
+        "config": "production's for the shape: the sm_90 table where it has 2N, else the fixed 1x256/4w tile",
+        "vs_helion": "helion's median over the row's, same passes (above 1: faster than helion)",
+    }
+    if not helion:
+        meta["helion"]["why_not"] = helion_original.INSTALL_HINT
+    original = {"index": HELION_STEP, "name": HELION, "expect": "the original the port replaces",
+                "technique": f"helion {helion_original.HELION_VERSION} original, production config"}  # fmt: skip
+    meta["steps"] = ([original] if helion else []) + [s.__dict__ for s in STEPS]
+    meta["steps"] += [{"index": len(STEPS), "name": "package", "technique": "inkling_kernels.silu_and_mul, PDL off",
+                       "expect": ""}]  # fmt: skip
     meta["shapes"] = [list(s) for s in shapes]
-    rows = time_steps(shapes)
+    rows = time_steps(shapes, names=list(implementations(helion)))
     meta["gpu_state_after"] = provenance.gpu_state()
     return timing.write_records(rows, meta, out)
