@@ -83,7 +83,20 @@ def _normal_form(fn: ast.FunctionDef, drop_checks: bool = False) -> str:
     if drop_checks:
         fn = _DropChecks().visit(fn)
         fn.body = fn.body or [ast.Pass()]
-    return ast.dump(fn, annotate_fields=False, include_attributes=False)
+    return _canonical(fn)
+
+
+def _canonical(node) -> str:
+    """The tree as text, the same under every Python: ``ast.dump`` is not (3.12 added the field
+    ``type_params`` to every function), so fields that are empty (``None`` or ``[]``) are left out
+    and the rest are named."""
+    if isinstance(node, ast.AST):
+        fields = [(f, getattr(node, f, None)) for f in node._fields]
+        inner = " ".join(f"{f}={_canonical(v)}" for f, v in fields if v is not None and v != [])
+        return f"({type(node).__name__} {inner})"
+    if isinstance(node, list):
+        return "[" + ", ".join(_canonical(v) for v in node) + "]"
+    return repr(node)
 
 
 def _functions(sources: dict[str, str]):
