@@ -97,3 +97,19 @@ def poisoned(shape, dtype, device):
     """An output buffer full of NaN (or 0xFF bytes), guarded (see :func:`guarded`): any element a
     kernel leaves unwritten shows, and so does any byte it writes past the buffer."""
     return guarded(shape, dtype, device)
+
+
+# The timing code sets dynamo's config for its sweeps (automatic dynamic shapes off, larger cache
+# limits: inkling_workbook.measure.timing._configure_dynamo); a test that runs it must not change
+# what a later test in the same process compiles (the compile-routing tests count graphs).
+_DYNAMO_KEYS = ("automatic_dynamic_shapes", "assume_static_by_default", "cache_size_limit",
+                "accumulated_cache_size_limit")  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _restore_dynamo_config():
+    cfg = torch._dynamo.config
+    saved = {k: getattr(cfg, k) for k in _DYNAMO_KEYS}
+    yield
+    for k, v in saved.items():
+        setattr(cfg, k, v)
