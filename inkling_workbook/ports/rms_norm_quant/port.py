@@ -61,6 +61,19 @@ def nan_min(a, b):
 
 
 @triton.jit
+def _tile_maxima(a, BLOCK: tl.constexpr, MBLOCK: tl.constexpr):
+    """The row maximum of ``a`` (``[1, BLOCK]``, masked lanes 0) as the original takes it: ``tl.max``
+    inside each of its ``MBLOCK``-column tiles (``max.f32`` on the GPU: a NaN loses to a number),
+    the tiles' maxima combined by :func:`nan_max` (Inductor's ``maximum``: a NaN wins). A row whose
+    one original tile is all NaN has a NaN maximum; over one wider tile its NaNs would lose to the
+    masked zeros. Returns ``[1]``."""
+    if MBLOCK >= BLOCK:  # one tile of the original's covers the row's
+        return tl.max(a, axis=1)
+    sub = tl.max(tl.reshape(a, [BLOCK // MBLOCK, MBLOCK]), axis=1)
+    return tl.reshape(tl.reduce(sub, 0, nan_max, keep_dims=True), [1])
+
+
+@triton.jit
 def _quantized(n, s, fp8_max):
     """``e4m3(clamp(n / s, -448, 448))``, the clamps NaN-propagating as the original's (the cast then
     writes 0x7F for a NaN)."""
@@ -72,7 +85,7 @@ def _quantized(n, s, fp8_max):
 def rms_norm_quant_kernel(
     x_ptr, w_ptr, res_ptr, ub_ptr, out_ptr, scale_ptr, stride_x, stride_r, stride_o, eps, fp8_max, min_scale,
     H: tl.constexpr, RBLOCK: tl.constexpr, BLOCK: tl.constexpr, HAS_RES: tl.constexpr, HAS_UB: tl.constexpr,
-    INT64: tl.constexpr,
+    INT64: tl.constexpr, MBLOCK: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0)
     if INT64:
@@ -97,7 +110,7 @@ def rms_norm_quant_kernel(
             h = h + tl.load(r_row + cols, mask=mask, other=0.0).to(tl.float32)
             tl.store(r_row + cols, h.to(res_ptr.dtype.element_ty), mask=mask)
         n = _normalized(h, inv_rms, tl.load(w_ptr + cols, mask=mask, other=0.0))
-        amax = tl.max(tl.where(mask, tl.abs(n), 0.0).to(tl.float32), axis=1)
+        amax = _tile_maxima(tl.where(mask, tl.abs(n), 0.0).to(tl.float32), BLOCK, MBLOCK)
     else:
         amax = tl.zeros([1], dtype=tl.float32)
         for start in tl.range(0, H, BLOCK):
@@ -107,7 +120,7 @@ def rms_norm_quant_kernel(
             if HAS_RES:
                 h = h + tl.load(r_row + cols, mask=mask, other=0.0).to(tl.float32)
             n = _normalized(h, inv_rms, tl.load(w_ptr + cols, mask=mask, other=0.0))
-            amax = nan_max(amax, tl.max(tl.where(mask, tl.abs(n), 0.0).to(tl.float32), axis=1))
+            amax = nan_max(amax, _tile_maxima(tl.where(mask, tl.abs(n), 0.0).to(tl.float32), BLOCK, MBLOCK))
     if HAS_UB:
         amax = nan_min(amax, tl.load(ub_ptr))
     s = nan_max(amax * (1.0 / fp8_max), min_scale)
@@ -130,8 +143,9 @@ def rms_norm_quant_kernel(
 @dataclass(frozen=True)
 class LaunchConfig:
     RBLOCK: int  # the reduction's tile: the production config's, which decides the bits
-    BLOCK: int  # the tile of the maximum and the quantization (free: their results do not depend on it)
+    BLOCK: int  # the tile the row is loaded and quantized in (free: no result depends on it)
     num_warps: int  # the production config's (on the GPU the warps shape tl.sum's tree)
+    MBLOCK: int = 0  # the maximum's tile: the production config's (a NaN-only tile gives NaN); 0: BLOCK
 
     @property
     def label(self) -> str:
@@ -142,8 +156,10 @@ def launch_config(M: int, H: int) -> LaunchConfig:
     """The reduction tile and the warps of the config vLLM picks for (M, H) (the sum's order is
     theirs to decide), the row in one tile up to :data:`MAX_ROW_TILE`, else 4096 columns."""
     row = triton.next_power_of_2(H)
-    return LaunchConfig(table.reduction_tile(M, H), row if row <= MAX_ROW_TILE else 4096,
-                        table.production_config(M, H)["num_warps"])  # fmt: skip
+    cfg = table.production_config(M, H)
+    mblock = cfg["block_sizes"][1]
+    block = row if row <= MAX_ROW_TILE else max(4096, mblock)  # whole tiles of the maximum's
+    return LaunchConfig(table.reduction_tile(M, H), block, cfg["num_warps"], mblock)
 
 
 def check_args(x, weight, epsilon, scale_ub, residual, out) -> tuple[int, int]:
@@ -226,7 +242,7 @@ def rms_norm_quant(x, weight, *, epsilon=1e-6, scale_ub=None, residual=None, out
             _backend.launch(
                 rms_norm_quant_kernel, (M,), x.device, x, weight, residual if residual is not None else x,
                 scale_ub if scale_ub is not None else scale, result, scale, H, H, H, float(epsilon), FP8_MAX, MIN_SCALE,
-                H=H, RBLOCK=cfg.RBLOCK, BLOCK=cfg.BLOCK, HAS_RES=residual is not None, HAS_UB=scale_ub is not None,
+                H=H, RBLOCK=cfg.RBLOCK, BLOCK=cfg.BLOCK, MBLOCK=cfg.MBLOCK or cfg.BLOCK, HAS_RES=residual is not None, HAS_UB=scale_ub is not None,
                 INT64=int64, num_warps=cfg.num_warps,
             )  # fmt: skip
     return (result, scale) if residual is None else (result, scale, residual)
