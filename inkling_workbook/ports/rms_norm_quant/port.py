@@ -242,7 +242,8 @@ def rms_norm_quant(x, weight, *, epsilon=1e-6, scale_ub=None, residual=None, out
             _backend.launch(
                 rms_norm_quant_kernel, (M,), x.device, x, weight, residual if residual is not None else x,
                 scale_ub if scale_ub is not None else scale, result, scale, H, H, H, float(epsilon), FP8_MAX, MIN_SCALE,
-                H=H, RBLOCK=cfg.RBLOCK, BLOCK=cfg.BLOCK, MBLOCK=cfg.MBLOCK or cfg.BLOCK, HAS_RES=residual is not None, HAS_UB=scale_ub is not None,
+                H=H, RBLOCK=cfg.RBLOCK, BLOCK=cfg.BLOCK, MBLOCK=cfg.MBLOCK or cfg.BLOCK,
+                HAS_RES=residual is not None, HAS_UB=scale_ub is not None,
                 INT64=int64, num_warps=cfg.num_warps,
             )  # fmt: skip
     return (result, scale) if residual is None else (result, scale, residual)
