@@ -197,9 +197,13 @@ def test_vllm_picker_rule_and_the_recorded_entries():
 
 
 def test_launch_config_takes_the_configs_reduction_tile_and_warps():
-    assert P.launch_config(4096, 4096) == P.LaunchConfig(1024, 4096, 1)
-    assert P.launch_config(1, 384) == P.LaunchConfig(2048, 512, 8)
+    assert P.launch_config(4096, 4096) == P.LaunchConfig(1024, 4096, 1, 4096)
+    assert P.launch_config(1, 384) == P.LaunchConfig(2048, 512, 8, 2048)
     assert P.launch_config(64, 5120).label == "4096|8192/16w"
+    # the maximum's tile is the config's second block size: at H = 5120 the row (one 8192 tile in
+    # registers) takes its maximum over two 4096-column tiles, as the original (a NaN-only tile
+    # gives NaN on the GPU, where tl.max drops a NaN against the masked lanes)
+    assert P.launch_config(64, 5120).MBLOCK == H.production_config(64, 5120)["block_sizes"][1] == 4096
 
 
 def test_the_tiled_passes_write_the_bits_of_the_row_in_registers(gen):

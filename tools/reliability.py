@@ -28,8 +28,9 @@ README = ROOT / "docs" / "results.md"  # the document holding the reliability ta
 LOGS = [
     (
         "gpu_job_h200_6a21c5b_tests.log",
-        "the GPU job's checks, call 1: tests and bitwise (bitwise, NVFP4, PTX green; 6 failures: the third port's "
-        "NaN scale at H = 5120, its CPU-path tests under Triton 3.6, the digest under Python 3.12, a dynamo-config leak)",
+        "the GPU job's checks, call 1: tests and bitwise (bitwise, NVFP4, PTX green; 6 failures: the third "
+        "port's NaN scale at H = 5120, its CPU-path tests under Triton 3.6, the digest under Python 3.12, "
+        "a dynamo-config leak)",
     ),
     (
         "gpu_job_h200_cda9bde_smoke.log",
