@@ -36,17 +36,6 @@ needs_scalar_index = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def fetched():
-    """The pinned anchors (fetched if absent; the tests that run them skip without them)."""
-    for dist in A.ANCHORS:
-        if not A.is_fetched(dist):
-            try:
-                A.fetch([dist])
-            except Exception as e:
-                pytest.skip(f"anchor {dist} not fetched and fetching failed: {e}")
-
-
 @pytest.fixture
 def absent(monkeypatch):
     """Every anchor missing, as on a machine where `.anchors` was not carried."""

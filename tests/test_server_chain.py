@@ -23,17 +23,6 @@ from inkling_workbook.measure.timing import Timing
 TINY = [sc.Case("A", 3, 128, 256, False), sc.Case("A", 3, 128, 256, True), sc.Case("B", 3, 256, 256, False)]
 
 
-@pytest.fixture(scope="module")
-def fetched():
-    """The pinned anchors (fetched if absent; the tests that need them skip without them)."""
-    for dist in A.ANCHORS:
-        if not A.is_fetched(dist):
-            try:
-                A.fetch([dist])
-            except Exception as e:
-                pytest.skip(f"anchor {dist} not fetched and fetching failed: {e}")
-
-
 @pytest.fixture
 def present(monkeypatch):
     """Every anchor present (a manifest matching its pin) and the device able to launch with PDL:
