@@ -23,7 +23,8 @@ _LAYOUT = re.compile(r"^(#\w+) = (#ttg\.\w+<.*?>)$", re.M)
 
 def reductions(call) -> list[dict]:
     """Every ``tt.reduce`` of the first kernel ``call()`` launches (run in portcheck's CPU mode),
-    compiled for sm_90: ``{"axis", "type", "layout", "num_warps"}`` in program order."""
+    compiled for sm_90: ``{"axis", "type", "layout", "num_warps"}`` in program order; ``type`` is the
+    operand's shape and element type, ``layout`` its resolved encoding."""
     from portcheck import interpret
     from portcheck.code import capture_launches, compile_launch
 
@@ -37,5 +38,6 @@ def reductions(call) -> list[dict]:
     for axis, typ in _REDUCE.findall(ttgir):
         enc = re.search(r", (#\w+)>$", typ)
         layout = layouts.get(enc.group(1)) if enc else None
-        out.append({"axis": int(axis), "type": typ, "layout": layout, "num_warps": compiled.metadata.num_warps})
+        shape = typ[: enc.start()] + ">" if enc else typ  # the alias's name (#blocked1) varies by Triton version
+        out.append({"axis": int(axis), "type": shape, "layout": layout, "num_warps": compiled.metadata.num_warps})
     return out

@@ -13,7 +13,9 @@ Every step is the same plain kernel (:func:`step_kernel`: a row a program, three
 3. ``scale_by_reciprocal``: the scale ``amax * (1 / 448)``, ``1 / 448`` an fp32 division in the
    kernel, as the original's ``s * (1.0 / qtype_max)``.
 4. ``config_tile_sum``: the sum of squares tile by tile with the production config's reduction
-   tile, the tile sums added in order: the original's arithmetic complete
+   tile and warps, the tile sums added in order, and the row maximum over the config's tiles (a NaN inside
+   one of them shows only on the GPU, where ``tl.max`` drops it against a number; the
+   interpreter's numpy maximum keeps it): the original's arithmetic complete
    (:func:`inkling_workbook.ports.rms_norm_quant.port.rms_norm_quant` has it, with its own passes).
 """
 
@@ -27,7 +29,6 @@ from triton.language.extra import libdevice
 
 from inkling_kernels import _backend
 from inkling_workbook.ports.rms_norm_quant import port as P
-from inkling_workbook.ports.rms_norm_quant import table
 
 NUM_WARPS = 4
 
@@ -35,8 +36,8 @@ NUM_WARPS = 4
 @triton.jit
 def step_kernel(
     x_ptr, w_ptr, res_ptr, ub_ptr, out_ptr, scale_ptr, eps, fp8_max, min_scale,
-    H: tl.constexpr, RBLOCK: tl.constexpr, BLOCK: tl.constexpr, HAS_RES: tl.constexpr, HAS_UB: tl.constexpr,
-    RECIP_MEAN: tl.constexpr, BF16_NORM: tl.constexpr, RECIP_SCALE: tl.constexpr,
+    H: tl.constexpr, RBLOCK: tl.constexpr, BLOCK: tl.constexpr, MBLOCK: tl.constexpr, HAS_RES: tl.constexpr,
+    HAS_UB: tl.constexpr, RECIP_MEAN: tl.constexpr, BF16_NORM: tl.constexpr, RECIP_SCALE: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
     acc = tl.zeros([1], dtype=tl.float32)
@@ -63,7 +64,7 @@ def step_kernel(
             n = ((h * inv_rms).to(w.dtype) * w).to(tl.float32)
         else:
             n = h * inv_rms * w.to(tl.float32)
-        amax = P.nan_max(amax, tl.max(tl.where(mask, tl.abs(n), 0.0), axis=1))
+        amax = P.nan_max(amax, P._tile_maxima(tl.where(mask, tl.abs(n), 0.0), BLOCK, MBLOCK))
     if HAS_UB:
         amax = P.nan_min(amax, tl.load(ub_ptr))
     if RECIP_SCALE:
@@ -116,13 +117,14 @@ def run_step(name: str, x, weight, *, epsilon=1e-6, scale_ub=None, residual=None
     if M:
         recip_mean, bf16_norm, recip_scale, config_tile = STEPS[STEP_NAMES.index(name)].flags
         row = triton.next_power_of_2(H)
-        rblock = table.reduction_tile(key_rows, H) if config_tile else row
+        cfg = P.launch_config(key_rows, H) if config_tile else P.LaunchConfig(row, min(row, 4096), NUM_WARPS)
         with P._interp_repairs(x.device):
             _backend.launch(
                 step_kernel, (M,), x.device, x, weight, residual if residual is not None else x,
                 scale_ub if scale_ub is not None else scale, result, scale, float(epsilon), P.FP8_MAX, P.MIN_SCALE,
-                H=H, RBLOCK=rblock, BLOCK=min(row, 4096), HAS_RES=residual is not None, HAS_UB=scale_ub is not None,
-                RECIP_MEAN=recip_mean, BF16_NORM=bf16_norm, RECIP_SCALE=recip_scale, num_warps=NUM_WARPS,
+                H=H, RBLOCK=cfg.RBLOCK, BLOCK=cfg.BLOCK, MBLOCK=cfg.MBLOCK or cfg.BLOCK,
+                HAS_RES=residual is not None, HAS_UB=scale_ub is not None,
+                RECIP_MEAN=recip_mean, BF16_NORM=bf16_norm, RECIP_SCALE=recip_scale, num_warps=cfg.num_warps,
             )  # fmt: skip
     return (result, scale) if residual is None else (result, scale, residual)
 
