@@ -27,6 +27,21 @@ README = ROOT / "docs" / "results.md"  # the document holding the reliability ta
 # the same way (its `=== <step>` sections and its summary); nothing in the table is typed by hand.
 LOGS = [
     (
+        "gpu_job_h200_c48987e_tests.log",
+        "the GPU job's checks at c48987e, call 1: tests and bitwise, all green (the suite 1334 passed; "
+        "bitwise 336/336, NVFP4 48/48, PTX 32 registers no spills; FP fusion off 443 passed)",
+    ),
+    (
+        "gpu_job_h200_c48987e_sanitize.log",
+        "the GPU job's checks at c48987e, call 2: memcheck, racecheck, initcheck (0 errors) and every "
+        "notebook but 06 executed compiled, all green",
+    ),
+    (
+        "gpu_job_h200_c48987e_smoke.log",
+        "the GPU job's checks at c48987e, call 3: smoke red (the third port's sweep: 1 element of 1024 x "
+        "2048 differs from the original, a config the GPU matrix lacks); notebook 06 cut by the call's limit",
+    ),
+    (
         "gpu_job_h200_6a21c5b_tests.log",
         "the GPU job's checks, call 1: tests and bitwise (bitwise, NVFP4, PTX green; 6 failures: the third "
         "port's NaN scale at H = 5120, its CPU-path tests under Triton 3.6, the digest under Python 3.12, "
