@@ -18,7 +18,7 @@ from triton.language.extra import libdevice
 
 import portcheck
 from inkling_workbook.ports.rms_norm_quant import helion as H
-from inkling_workbook.ports.rms_norm_quant import interp
+from inkling_workbook.ports.rms_norm_quant import interp, table
 from inkling_workbook.ports.rms_norm_quant import port as P
 from inkling_workbook.ports.rms_norm_quant import steps as S
 from inkling_workbook.ports.rms_norm_quant import sum_order as SO
@@ -270,7 +270,7 @@ def test_the_sum_reduces_in_the_originals_tree_on_sm90(M, hidden, rows):
     """Compiled for sm_90 on the CPU: every tile sum of the port reduces the tile shape, in the
     register layout and with the warps, of the original's (helion generating pointer loads), so
     the two add in the same order inside a tile; the one-tile step reduces another tree."""
-    from inkling_workbook.ports.rms_norm_quant import layouts, table
+    from inkling_workbook.ports.rms_norm_quant import layouts
 
     x = torch.randn(M, hidden).to(torch.bfloat16)
     w, r = torch.randn(hidden).to(torch.bfloat16), torch.randn(M, hidden).to(torch.bfloat16)
@@ -287,7 +287,6 @@ def test_the_sum_reduces_in_the_originals_tree_on_sm90(M, hidden, rows):
 
 def test_every_gpu_case_and_sweep_shape_picks_a_recorded_config():
     from inkling_workbook.ports.rms_norm_quant import bench as B
-    from inkling_workbook.ports.rms_norm_quant import table
 
     names = [c.name for c in P.gpu_cases()] + [c.name for c in P.gpu_quick_cases()]
     shapes = [tuple(int(v) for v in n.split()[0].split("x")) for n in names] + B.sweep_shapes() + B.sweep_shapes(True)
@@ -296,6 +295,30 @@ def test_every_gpu_case_and_sweep_shape_picks_a_recorded_config():
     assert any(table.reduction_tile(M, hidden) < hidden for M, hidden in shapes)  # the prefill order is covered
     for matrix in (P.gpu_cases(), P.gpu_quick_cases()):
         assert len({c.name for c in matrix}) == len(matrix)
+
+
+def _picked(matrix) -> set[tuple[int, int]]:
+    out = set()
+    for c in matrix:
+        M, H = (int(v) for v in c.name.split()[0].split("x"))
+        rows = next((int(w.split("=")[1]) for w in c.name.split() if w.startswith("config_rows=")), M)
+        out.add(table.pick_key(rows, H))
+    return out
+
+
+def test_the_gpu_matrices_check_every_table_entry_their_sweeps_time():
+    """The check, not the timing, must find a config whose bits differ (the quick sweep found one
+    at (2048, 1024) on the H200 when no case of the quick matrix picked that entry): the full
+    GPU matrix runs every entry of the table, each on a batch as large as it was tuned for, and
+    the quick matrix every entry the quick sweep picks."""
+    from inkling_workbook.ports.rms_norm_quant import bench as B
+
+    every = {(e["hidden_size"], e["num_tokens"]) for e in table.table()["entries"]}
+    assert _picked(P.gpu_cases()) == every
+    assert {table.pick_key(M, H) for M, H in B.sweep_shapes()} <= every
+    assert {table.pick_key(M, H) for M, H in B.sweep_shapes(True)} <= _picked(P.gpu_quick_cases())
+    shapes = {tuple(int(v) for v in c.name.split()[0].split("x")) for c in P.gpu_cases() if "config_rows" not in c.name}
+    assert all((t, h) in shapes for h, t in every)  # each entry on a batch of its own num_tokens rows
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")

@@ -350,15 +350,34 @@ def cpu_cases() -> list[portcheck.Case]:
     return cases((1, 3), (384, 3200), long_rows=LONG_CPU) + [sum_order_case(4096), sum_order_case(3200)]
 
 
+def table_rows(hidden_sizes=None) -> tuple[tuple[int, int, None], ...]:
+    """``(num_tokens, hidden_size, None)`` for every entry of vLLM's H200 table (of the given
+    hidden sizes): ``long_rows`` that run each entry on as many rows as it was tuned for. A
+    difference in a sum's tree shows in about one element in a million, so each entry gets its
+    own full batch rather than a few rows with ``config_rows``."""
+    keys = sorted((e["hidden_size"], e["num_tokens"]) for e in table.table()["entries"])
+    return tuple((t, h, None) for h, t in keys if hidden_sizes is None or h in hidden_sizes)
+
+
 def gpu_cases() -> list[portcheck.Case]:
     """Decode to prefill at the hidden sizes 2048, 4096 and an odd 5120 (which picks 4096), with
-    the shapes whose config sums in four tiles (M > 2048 at H near 4096), for ``--device cuda``."""
+    the shapes whose config sums in four tiles (M > 2048 at H near 4096), and every entry of the
+    table on its own batch, for ``--device cuda``."""
     return cases(
-        (1, 7, 64, 512), (2048, 4096, 5120), long_rows=((2049, 4096, None), (4096, 3200, None), (8192, 5120, None))
+        (1, 7, 64, 512),
+        (2048, 4096, 5120),
+        long_rows=((2049, 4096, None), (4096, 3200, None), (8192, 5120, None), *table_rows()),
     )
+
+
+#: The table entries the quick sweep's shapes pick beyond the quick matrix's own shapes
+#: (M = 1024 and 4096 at H = 2048; M = 1024 at 4096); a test holds the two lists together.
+QUICK_TABLE_ROWS = ((1024, 2048, None), (4096, 2048, None), (1024, 4096, None))
 
 
 def gpu_quick_cases() -> list[portcheck.Case]:
     """A smoke-sized GPU matrix (``rms-norm-quant --quick``): M = 1 and 64 at H = 2048 and 4096,
-    random and NaN/Inf, and one prefill shape whose config sums in four tiles."""
-    return cases((1, 64), (2048, 4096), value_classes=("random", "nan_inf"), long_rows=((2049, 4096, None),))
+    random and NaN/Inf, one prefill shape whose config sums in four tiles, and every other table
+    entry the quick sweep's shapes pick, on its own batch."""
+    long_rows = ((2049, 4096, None), *QUICK_TABLE_ROWS)
+    return cases((1, 64), (2048, 4096), value_classes=("random", "nan_inf"), long_rows=long_rows)
