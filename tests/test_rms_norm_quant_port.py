@@ -197,9 +197,10 @@ def test_vllm_picker_rule_and_the_recorded_entries():
 
 
 def test_launch_config_takes_the_configs_reduction_tile_and_warps():
-    assert P.launch_config(4096, 4096) == P.LaunchConfig(1024, 4096, 1, 4096)
-    assert P.launch_config(1, 384) == P.LaunchConfig(2048, 512, 8, 2048)
-    assert P.launch_config(64, 5120).label == "4096|8192/16w"
+    assert P.launch_config(4096, 4096) == P.LaunchConfig(1024, 4096, 1, 4096, 2048)
+    assert P.launch_config(1, 384) == P.LaunchConfig(2048, 512, 8, 2048, 2048)
+    assert P.launch_config(64, 5120).label == "4096|8192q4096/16w"
+    assert P.launch_config(1024, 2048).label == "2048|2048q1024/4w"  # the third pass in the config's tile
     # the maximum's tile is the config's second block size: at H = 5120 the row (one 8192 tile in
     # registers) takes its maximum over two 4096-column tiles, as the original (a NaN-only tile
     # gives NaN on the GPU, where tl.max drops a NaN against the masked lanes)
@@ -264,25 +265,54 @@ def test_the_gpu_script_runs_end_to_end_on_the_cpu(monkeypatch, tmp_path):
     assert again["ok"] and json.loads(again["portcheck"].read_text())["steps"] == pc["steps"]
 
 
+def _config_groups() -> list[tuple[int, int]]:
+    """One (hidden_size, num_tokens) of the table per distinct (hidden size, block sizes, warps)."""
+    seen = {}
+    for e in table.table()["entries"]:
+        c = e["config"]
+        seen.setdefault(
+            (e["hidden_size"], tuple(c["block_sizes"]), c["num_warps"]), (e["hidden_size"], e["num_tokens"])
+        )
+    return sorted(seen.values())
+
+
 @needs_helion
-@pytest.mark.parametrize("M, hidden, rows", [(2, 4096, 4096), (1, 2048, None)])
-def test_the_sum_reduces_in_the_originals_tree_on_sm90(M, hidden, rows):
-    """Compiled for sm_90 on the CPU: every tile sum of the port reduces the tile shape, in the
-    register layout and with the warps, of the original's (helion generating pointer loads), so
-    the two add in the same order inside a tile; the one-tile step reduces another tree."""
+@pytest.mark.parametrize("hidden, rows", _config_groups() + [(5120, 64), (5120, 4096), (3200, 4096), (384, 1)])
+def test_the_sum_reduces_in_the_originals_tree_on_sm90(hidden, rows):
+    """Compiled for sm_90 on the CPU, every config the table holds (one per distinct tiles and
+    warps) and widths off the table: every tile sum of the port, and of the last step, reduces
+    the tile shape, in the register layout and with the warps, of the original's (helion 1.4
+    generates pointer loads for this kernel on the H200 too: its descriptors need 16 bytes a
+    row block), so the sums add in the same order. The quantizing pass's tile matters: a store
+    of the whole row's e4m3 bytes gave the row 16 elements a thread, carried back to the sum, on
+    7 of the 26 entries (the H200 showed one differing element at 1024 x 2048)."""
     from inkling_workbook.ports.rms_norm_quant import layouts
 
-    x = torch.randn(M, hidden).to(torch.bfloat16)
-    w, r = torch.randn(hidden).to(torch.bfloat16), torch.randn(M, hidden).to(torch.bfloat16)
-    tiles = -(-hidden // table.reduction_tile(M if rows is None else rows, hidden))
+    x = torch.randn(1, hidden).to(torch.bfloat16)
+    w, r = torch.randn(hidden).to(torch.bfloat16), torch.randn(1, hidden).to(torch.bfloat16)
+    tiles = -(-hidden // table.reduction_tile(rows, hidden))
+    last = S.step_fn(S.STEP_NAMES[-1])
     got = {
         name: layouts.reductions(lambda fn=fn: fn(x, w, residual=r.clone(), config_rows=rows))
-        for name, fn in (("orig", H.rms_norm_quant_helion), ("port", P.rms_norm_quant), ("naive", S.step_naive))
+        for name, fn in (("orig", H.rms_norm_quant_helion), ("port", P.rms_norm_quant), ("step", last))
     }
     orig, mine = got["orig"], got["port"]
-    assert len(orig) == 2 and len(mine) == tiles + 1  # the sum's loop body (unrolled in the port), then the max
-    assert all(m == orig[0] for m in mine[:tiles]) and orig[0]["layout"].startswith("#ttg.blocked")
-    assert got["naive"][0] != orig[0]
+    assert len(orig) == 2 and orig[0]["layout"].startswith("#ttg.blocked")  # the sum's loop body, then the max
+    assert len(mine) in (tiles + 1, tiles + 2)  # the tile sums (unrolled), then the maximum (once or per tile)
+    assert all(m == orig[0] for m in mine[:tiles]) and got["step"][0] == orig[0]
+
+
+@needs_helion
+def test_the_one_tile_step_reduces_another_tree_on_sm90():
+    """The naive step (one tile over the row, 4 warps) sums in another tree than the original
+    with the prefill config (tile 1024, 1 warp): the layout check can tell trees apart."""
+    from inkling_workbook.ports.rms_norm_quant import layouts
+
+    x, w, r = (torch.randn(2, 4096).to(torch.bfloat16), torch.randn(4096).to(torch.bfloat16),
+               torch.randn(2, 4096).to(torch.bfloat16))  # fmt: skip
+    orig = layouts.reductions(lambda: H.rms_norm_quant_helion(x, w, residual=r.clone(), config_rows=4096))
+    naive = layouts.reductions(lambda: S.step_naive(x, w, residual=r.clone(), config_rows=4096))
+    assert naive[0] != orig[0]
 
 
 def test_every_gpu_case_and_sweep_shape_picks_a_recorded_config():

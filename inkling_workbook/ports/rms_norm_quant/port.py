@@ -67,10 +67,12 @@ def _tile_maxima(a, BLOCK: tl.constexpr, MBLOCK: tl.constexpr):
     the tiles' maxima combined by :func:`nan_max` (Inductor's ``maximum``: a NaN wins). A row whose
     one original tile is all NaN has a NaN maximum; over one wider tile its NaNs would lose to the
     masked zeros. Returns ``[1]``."""
-    if MBLOCK >= BLOCK:  # one tile of the original's covers the row's
-        return tl.max(a, axis=1)
-    sub = tl.max(tl.reshape(a, [BLOCK // MBLOCK, MBLOCK]), axis=1)
-    return tl.reshape(tl.reduce(sub, 0, nan_max, keep_dims=True), [1])
+    if MBLOCK >= BLOCK:  # one tile of the original's covers the row's (an else, not an early
+        m = tl.max(a, axis=1)  # return: the compiler would build the reshape below it too)
+    else:
+        sub = tl.max(tl.reshape(a, [BLOCK // MBLOCK, MBLOCK]), axis=1)
+        m = tl.reshape(tl.reduce(sub, 0, nan_max, keep_dims=True), [1])
+    return m
 
 
 @triton.jit
@@ -85,7 +87,7 @@ def _quantized(n, s, fp8_max):
 def rms_norm_quant_kernel(
     x_ptr, w_ptr, res_ptr, ub_ptr, out_ptr, scale_ptr, stride_x, stride_r, stride_o, eps, fp8_max, min_scale,
     H: tl.constexpr, RBLOCK: tl.constexpr, BLOCK: tl.constexpr, HAS_RES: tl.constexpr, HAS_UB: tl.constexpr,
-    INT64: tl.constexpr, MBLOCK: tl.constexpr,
+    INT64: tl.constexpr, MBLOCK: tl.constexpr, QBLOCK: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0)
     if INT64:
@@ -108,7 +110,8 @@ def rms_norm_quant_kernel(
         h = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
         if HAS_RES:
             h = h + tl.load(r_row + cols, mask=mask, other=0.0).to(tl.float32)
-            tl.store(r_row + cols, h.to(res_ptr.dtype.element_ty), mask=mask)
+            if QBLOCK >= BLOCK:
+                tl.store(r_row + cols, h.to(res_ptr.dtype.element_ty), mask=mask)
         n = _normalized(h, inv_rms, tl.load(w_ptr + cols, mask=mask, other=0.0))
         amax = _tile_maxima(tl.where(mask, tl.abs(n), 0.0).to(tl.float32), BLOCK, MBLOCK)
     else:
@@ -126,8 +129,21 @@ def rms_norm_quant_kernel(
     s = nan_max(amax * (1.0 / fp8_max), min_scale)
     tl.store(scale_ptr + row + tl.arange(0, 1), s)
     s = s[:, None]
-    if BLOCK >= H:
+    if BLOCK >= H and QBLOCK >= BLOCK:
         tl.store(out_ptr + row * stride_o + cols, _quantized(n, s, fp8_max), mask=mask)
+    elif BLOCK >= H:
+        # pass 3 in the original's third tile, from memory again, as the original: a store of the
+        # whole row's e4m3 bytes would give the row tile 16 elements a thread (one 16-byte store),
+        # and Triton carries that layout back to the sum, whose tree (its 8 a thread) would change
+        for start in tl.range(0, H, QBLOCK):
+            qcols = start + tl.arange(0, QBLOCK)[None, :]
+            qmask = qcols < H
+            hq = tl.load(x_row + qcols, mask=qmask, other=0.0).to(tl.float32)
+            if HAS_RES:
+                hq = hq + tl.load(r_row + qcols, mask=qmask, other=0.0).to(tl.float32)
+                tl.store(r_row + qcols, hq.to(res_ptr.dtype.element_ty), mask=qmask)
+            nq = _normalized(hq, inv_rms, tl.load(w_ptr + qcols, mask=qmask, other=0.0))
+            tl.store(out_ptr + row * stride_o + qcols, _quantized(nq, s, fp8_max), mask=qmask)
     else:
         for start in tl.range(0, H, BLOCK):
             cols = start + tl.arange(0, BLOCK)[None, :]
@@ -143,13 +159,15 @@ def rms_norm_quant_kernel(
 @dataclass(frozen=True)
 class LaunchConfig:
     RBLOCK: int  # the reduction's tile: the production config's, which decides the bits
-    BLOCK: int  # the tile the row is loaded and quantized in (free: no result depends on it)
+    BLOCK: int  # the tile the row is loaded in (no value depends on it; a store over it can shape the sum's layout)
     num_warps: int  # the production config's (on the GPU the warps shape tl.sum's tree)
     MBLOCK: int = 0  # the maximum's tile: the production config's (a NaN-only tile gives NaN); 0: BLOCK
+    QBLOCK: int = 0  # the row-in-registers path's quantizing tile: the config's third (see the kernel); 0: BLOCK
 
     @property
     def label(self) -> str:
-        return f"{self.RBLOCK}|{self.BLOCK}/{self.num_warps}w"
+        q = f"q{self.QBLOCK}" if self.QBLOCK and self.QBLOCK < self.BLOCK else ""
+        return f"{self.RBLOCK}|{self.BLOCK}{q}/{self.num_warps}w"
 
 
 def launch_config(M: int, H: int) -> LaunchConfig:
@@ -159,7 +177,7 @@ def launch_config(M: int, H: int) -> LaunchConfig:
     cfg = table.production_config(M, H)
     mblock = cfg["block_sizes"][1]
     block = row if row <= MAX_ROW_TILE else max(4096, mblock)  # whole tiles of the maximum's
-    return LaunchConfig(table.reduction_tile(M, H), block, cfg["num_warps"], mblock)
+    return LaunchConfig(table.reduction_tile(M, H), block, cfg["num_warps"], mblock, cfg["block_sizes"][2])
 
 
 def check_args(x, weight, epsilon, scale_ub, residual, out) -> tuple[int, int]:
@@ -242,7 +260,7 @@ def rms_norm_quant(x, weight, *, epsilon=1e-6, scale_ub=None, residual=None, out
             _backend.launch(
                 rms_norm_quant_kernel, (M,), x.device, x, weight, residual if residual is not None else x,
                 scale_ub if scale_ub is not None else scale, result, scale, H, H, H, float(epsilon), FP8_MAX, MIN_SCALE,
-                H=H, RBLOCK=cfg.RBLOCK, BLOCK=cfg.BLOCK, MBLOCK=cfg.MBLOCK or cfg.BLOCK,
+                H=H, RBLOCK=cfg.RBLOCK, BLOCK=cfg.BLOCK, MBLOCK=cfg.MBLOCK or cfg.BLOCK, QBLOCK=cfg.QBLOCK or cfg.BLOCK,
                 HAS_RES=residual is not None, HAS_UB=scale_ub is not None,
                 INT64=int64, num_warps=cfg.num_warps,
             )  # fmt: skip

@@ -13,9 +13,10 @@ Every step is the same plain kernel (:func:`step_kernel`: a row a program, three
 3. ``scale_by_reciprocal``: the scale ``amax * (1 / 448)``, ``1 / 448`` an fp32 division in the
    kernel, as the original's ``s * (1.0 / qtype_max)``.
 4. ``config_tile_sum``: the sum of squares tile by tile with the production config's reduction
-   tile and warps, the tile sums added in order, and the row maximum over the config's tiles (a NaN inside
+   tile and warps, the tile sums added in order, the row maximum over the config's tiles (a NaN inside
    one of them shows only on the GPU, where ``tl.max`` drops it against a number; the
-   interpreter's numpy maximum keeps it): the original's arithmetic complete
+   interpreter's numpy maximum keeps it), the last pass in the config's third tile (on the GPU
+   a store's tile can shape the sum's register layout): the original's arithmetic complete
    (:func:`inkling_workbook.ports.rms_norm_quant.port.rms_norm_quant` has it, with its own passes).
 """
 
@@ -36,8 +37,9 @@ NUM_WARPS = 4
 @triton.jit
 def step_kernel(
     x_ptr, w_ptr, res_ptr, ub_ptr, out_ptr, scale_ptr, eps, fp8_max, min_scale,
-    H: tl.constexpr, RBLOCK: tl.constexpr, BLOCK: tl.constexpr, MBLOCK: tl.constexpr, HAS_RES: tl.constexpr,
-    HAS_UB: tl.constexpr, RECIP_MEAN: tl.constexpr, BF16_NORM: tl.constexpr, RECIP_SCALE: tl.constexpr,
+    H: tl.constexpr, RBLOCK: tl.constexpr, BLOCK: tl.constexpr, MBLOCK: tl.constexpr, QBLOCK: tl.constexpr,
+    HAS_RES: tl.constexpr, HAS_UB: tl.constexpr,
+    RECIP_MEAN: tl.constexpr, BF16_NORM: tl.constexpr, RECIP_SCALE: tl.constexpr,
 ):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
     acc = tl.zeros([1], dtype=tl.float32)
@@ -73,8 +75,8 @@ def step_kernel(
         s = amax / fp8_max
     s = P.nan_max(s, min_scale)
     tl.store(scale_ptr + row + tl.arange(0, 1), s)
-    for start in tl.range(0, H, BLOCK):
-        cols = start + tl.arange(0, BLOCK)[None, :]
+    for start in tl.range(0, H, QBLOCK):
+        cols = start + tl.arange(0, QBLOCK)[None, :]
         mask = cols < H
         h = tl.load(x_ptr + row * H + cols, mask=mask, other=0.0).to(tl.float32)
         if HAS_RES:
@@ -122,7 +124,7 @@ def run_step(name: str, x, weight, *, epsilon=1e-6, scale_ub=None, residual=None
             _backend.launch(
                 step_kernel, (M,), x.device, x, weight, residual if residual is not None else x,
                 scale_ub if scale_ub is not None else scale, result, scale, float(epsilon), P.FP8_MAX, P.MIN_SCALE,
-                H=H, RBLOCK=cfg.RBLOCK, BLOCK=cfg.BLOCK, MBLOCK=cfg.MBLOCK or cfg.BLOCK,
+                H=H, RBLOCK=cfg.RBLOCK, BLOCK=cfg.BLOCK, MBLOCK=cfg.MBLOCK or cfg.BLOCK, QBLOCK=cfg.QBLOCK or cfg.BLOCK,
                 HAS_RES=residual is not None, HAS_UB=scale_ub is not None,
                 RECIP_MEAN=recip_mean, BF16_NORM=bf16_norm, RECIP_SCALE=recip_scale, num_warps=cfg.num_warps,
             )  # fmt: skip
