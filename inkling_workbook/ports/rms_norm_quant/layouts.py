@@ -8,9 +8,12 @@ in the same layout add in the same order. :func:`reductions` compiles the first 
 launches for sm_90 (compile only, through portcheck's code report) and lists every ``tt.reduce``
 in its TTGIR with the operand's type and layout.
 
-What this cannot see: helion generates pointer loads when it generates for the interpreter, and
-the H200 config asks for tensor-descriptor loads in some places; the layout the GPU compile then
-gives the summed tile is the GPU record's to show.
+Helion generates pointer loads for the interpreter. The H200 config asks for tensor-descriptor
+loads in places, but helion 1.4 refuses every one of them for this kernel (a descriptor needs 16
+bytes a row block, and a block is one bf16 row), so its GPU build is the same pointer code. What
+this does not check: the order in which the compiler chains one thread's elements (the layout
+fixes which elements a thread holds; the PTX of both kernels chains them in index order), and the
+bits themselves, which only the GPU matrix checks.
 """
 
 from __future__ import annotations

@@ -13,8 +13,13 @@ tile rounds differently (notebook 10: where the interpreter sees it, where only 
 The kernel (:func:`rms_norm_quant_kernel`) runs one program a row. The reduction pass loads
 ``[1, RBLOCK]`` tiles as the original does (the tile and the warps from the config vLLM picks,
 :func:`launch_config`); when the row fits one tile of the other passes (``H <= 8192``) the row is
-loaded once more and kept in registers for the maximum and the quantization (the original reads
-it three times), and when the reduction tile is that tile too the row is read once in all.
+loaded once more and kept in registers for the maximum (the original reads it three times), and
+when the reduction tile is that tile too the row is read once in all. The quantization works
+from those registers too, unless the config's third tile is narrower than the row: then it
+reads the row again in that tile, as the original does. A store of the whole row's e4m3 bytes
+would give the row's tile 16 elements a thread, and Triton carries that layout back to the sum,
+whose tree in the original adds 8 a thread (``tests/test_rms_norm_quant_port.py`` compiles every
+config of the table for sm_90 and compares the summed tiles' layouts).
 """
 
 from __future__ import annotations
