@@ -66,10 +66,10 @@
 # 01-03, 08, 09. Notebook 06 times again, so it runs last, alone. The tarball is written after
 # every phase, so a call stopped by its time limit still returns what the finished phases wrote.
 #
-# One call to a lent machine may run at most 10 minutes: run the GPU job as four calls at the
-# same commit, back to back on the warm machine: tests,bitwise (about 520 s); sanitize,notebooks
-# (about 340 s); smoke (about 460 s); notebook06 (smoke and notebook06 together overran 585 s on
-# 2026-12-03). Wheels carried in .whl/ (`make wheels`: helion and the Jupyter packages,
+# One call to a lent machine may run at most 10 minutes: run the GPU job as three calls at the
+# same commit, back to back on the warm machine: tests,bitwise (about 520 s);
+# sanitize,notebooks,notebook06 (about 340 s, then notebook 06 alone, about 150 s); smoke (about
+# 460 s: with notebook 06 after it, it overran 585 s on 2026-12-03). Wheels carried in .whl/ (`make wheels`: helion and the Jupyter packages,
 # cp312) are installed first, since such a machine may have no package index; the other projects'
 # kernels the anchor tests and benchmarks load travel in .anchors/ (`make anchors`, about 300 kB). A lent machine's
 # copy of the tree may carry a stale .git: pass INKLING_GIT_COMMIT=<commit> so the records and
