@@ -6,6 +6,7 @@ it); the interpreter repairs do what the GPU does and are taken back; the emulat
 those rows is the kernels' arithmetic; the arguments are checked; the GPU script's path runs on
 a CPU with its timer faked."""
 
+import dataclasses
 import json
 
 import numpy
@@ -205,6 +206,21 @@ def test_launch_config_takes_the_configs_reduction_tile_and_warps():
     # registers) takes its maximum over two 4096-column tiles, as the original (a NaN-only tile
     # gives NaN on the GPU, where tl.max drops a NaN against the masked lanes)
     assert P.launch_config(64, 5120).MBLOCK == H.production_config(64, 5120)["block_sizes"][1] == 4096
+
+
+@needs_helion
+def test_the_maximum_takes_the_originals_tiles_where_a_nan_shows():
+    """A NaN makes every element of its row NaN. At H = 5120 the original takes the maximum over
+    4096-column tiles: the first, all NaN, gives NaN (a NaN loses only to a number, on the GPU
+    and in the interpreter alike), the NaN-propagating combine keeps it. One 8192-column tile
+    with masked zeros gives the floor. (The NaN's bits are not compared here: in the interpreter
+    the original's NaN passes through an fp32 -> bf16 conversion that gives 0xFFFF, where the
+    GPU's ``cvt.rn`` gives the canonical 0x7FFF; the GPU matrix compares them.)"""
+    x, w = randn((1, 5120), torch.bfloat16, torch.Generator().manual_seed(5), "cpu"), torch.ones(5120).bfloat16()
+    x[0, 7] = float("nan")
+    assert torch.isnan(H.rms_norm_quant_helion(x, w)[1]).all() and torch.isnan(P.rms_norm_quant(x, w)[1]).all()
+    one_tile = dataclasses.replace(P.launch_config(1, 5120), MBLOCK=8192)
+    assert P.rms_norm_quant(x, w, config=one_tile)[1].item() == torch.tensor(P.MIN_SCALE).item()
 
 
 def test_the_tiled_passes_write_the_bits_of_the_row_in_registers(gen):

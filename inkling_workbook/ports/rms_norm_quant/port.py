@@ -54,8 +54,8 @@ def _normalized(h, inv_rms, w):
 def nan_max(a, b):
     """``a`` where ``a > b`` or ``a`` is NaN, else ``b``: Inductor's ``maximum``, which helion emits
     for ``torch.maximum`` and ``clamp(min=)``. Not ``tl.maximum``: on the GPU that is ``max.f32``,
-    which returns the other operand for a NaN (in the interpreter numpy's ``maximum`` propagates
-    it, so a CPU check cannot tell the two apart: an all-NaN row's scale would differ on the GPU)."""
+    which returns the other operand for a NaN (so does Triton 3.9's interpreter, numpy's ``fmax``;
+    3.6's uses numpy's ``maximum``, which keeps the NaN, and cannot tell the two apart)."""
     return tl.where((a > b) | (a != a), a, b)
 
 
@@ -68,7 +68,8 @@ def nan_min(a, b):
 @triton.jit
 def _tile_maxima(a, BLOCK: tl.constexpr, MBLOCK: tl.constexpr):
     """The row maximum of ``a`` (``[1, BLOCK]``, masked lanes 0) as the original takes it: ``tl.max``
-    inside each of its ``MBLOCK``-column tiles (``max.f32`` on the GPU: a NaN loses to a number),
+    inside each of its ``MBLOCK``-column tiles (``max.f32`` on the GPU, numpy's ``nanmax`` in the
+    interpreter: a NaN loses to a number),
     the tiles' maxima combined by :func:`nan_max` (Inductor's ``maximum``: a NaN wins). A row whose
     one original tile is all NaN has a NaN maximum; over one wider tile its NaNs would lose to the
     masked zeros. Returns ``[1]``."""
