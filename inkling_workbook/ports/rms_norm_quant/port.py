@@ -340,6 +340,13 @@ def cases(ms, hs, value_classes=portcheck.VALUE_CLASSES, long_rows=(), prefix: s
         seed += 1
     out.append(_case(*shapes[-1], "random", seed, dtype=torch.float16, prefix=prefix))
     seed += 1
+    return out + long_cases(long_rows, seed, prefix)
+
+
+def long_cases(long_rows, seed: int = 0, prefix: str = "") -> list[portcheck.Case]:
+    """Each ``(M, H, rows)`` of ``long_rows``: random and ties, with a residual, the config picked
+    for ``rows`` rows (None: for M); seeds from ``seed`` on."""
+    out = []
     for M, H, rows in long_rows:
         for vc in ("random", "ties"):
             out.append(_case(M, H, vc, seed, residual=True, rows=rows, prefix=prefix))
@@ -383,15 +390,23 @@ def table_rows(hidden_sizes=None) -> tuple[tuple[int, int, None], ...]:
     return tuple((t, h, None) for h, t in keys if hidden_sizes is None or h in hidden_sizes)
 
 
-def gpu_cases() -> list[portcheck.Case]:
+def gpu_base_cases() -> list[portcheck.Case]:
     """Decode to prefill at the hidden sizes 2048, 4096 and an odd 5120 (which picks 4096), with
-    the shapes whose config sums in four tiles (M > 2048 at H near 4096), and every entry of the
-    table on its own batch, for ``--device cuda``."""
+    the shapes whose config sums in four tiles (M > 2048 at H near 4096)."""
     return cases(
-        (1, 7, 64, 512),
-        (2048, 4096, 5120),
-        long_rows=((2049, 4096, None), (4096, 3200, None), (8192, 5120, None), *table_rows()),
+        (1, 7, 64, 512), (2048, 4096, 5120), long_rows=((2049, 4096, None), (4096, 3200, None), (8192, 5120, None))
     )
+
+
+def gpu_table_cases() -> list[portcheck.Case]:
+    """Every entry of the table on its own batch (seeds from 1000: apart from the base cases')."""
+    return long_cases(table_rows(), seed=1000)
+
+
+def gpu_cases() -> list[portcheck.Case]:
+    """The GPU matrix for ``--device cuda``: :func:`gpu_base_cases` and :func:`gpu_table_cases`
+    (the GPU test runs the two halves as two tests, side by side)."""
+    return gpu_base_cases() + gpu_table_cases()
 
 
 #: The table entries the quick sweep's shapes pick beyond the quick matrix's own shapes
