@@ -137,11 +137,12 @@ def rms_norm_quant_kernel(
     s = s[:, None]
     if BLOCK >= H and QBLOCK >= BLOCK:
         tl.store(out_ptr + row * stride_o + cols, _quantized(n, s, fp8_max), mask=mask)
-    elif BLOCK >= H:
-        # pass 3 in the original's third tile, from memory again, as the original: a store of the
-        # whole row's e4m3 bytes would give the row tile 16 elements a thread (one 16-byte store),
-        # and Triton carries that layout back to the sum, whose tree (its 8 a thread) would change
-        for start in tl.range(0, H, QBLOCK):
+    else:
+        # pass 3 from memory again, in QBLOCK tiles, as the original: the row tile when the row does
+        # not fit, else the config's third tile (a store of the whole row's e4m3 bytes would give the
+        # row tile 16 elements a thread, one 16-byte store, and Triton carries that layout back to the
+        # sum, whose tree, its 8 a thread, would change)
+        for start in tl.range(0, H, QBLOCK):  # own names: the row path's `cols` has another shape
             qcols = start + tl.arange(0, QBLOCK)[None, :]
             qmask = qcols < H
             hq = tl.load(x_row + qcols, mask=qmask, other=0.0).to(tl.float32)
@@ -150,16 +151,6 @@ def rms_norm_quant_kernel(
                 tl.store(r_row + qcols, hq.to(res_ptr.dtype.element_ty), mask=qmask)
             nq = _normalized(hq, inv_rms, tl.load(w_ptr + qcols, mask=qmask, other=0.0))
             tl.store(out_ptr + row * stride_o + qcols, _quantized(nq, s, fp8_max), mask=qmask)
-    else:
-        for start in tl.range(0, H, BLOCK):
-            cols = start + tl.arange(0, BLOCK)[None, :]
-            mask = cols < H
-            h = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-            if HAS_RES:
-                h = h + tl.load(r_row + cols, mask=mask, other=0.0).to(tl.float32)
-                tl.store(r_row + cols, h.to(res_ptr.dtype.element_ty), mask=mask)
-            n = _normalized(h, inv_rms, tl.load(w_ptr + cols, mask=mask, other=0.0))
-            tl.store(out_ptr + row * stride_o + cols, _quantized(n, s, fp8_max), mask=mask)
 
 
 @dataclass(frozen=True)
@@ -261,12 +252,13 @@ def rms_norm_quant(x, weight, *, epsilon=1e-6, scale_ub=None, residual=None, out
     result, scale = out if out is not None else empty_outputs(M, H, x.device)
     if M:
         cfg = config or launch_config(key_rows, H)
+        qblock = (cfg.QBLOCK or cfg.BLOCK) if cfg.BLOCK >= H else cfg.BLOCK  # the store's tile (see the kernel)
         int64 = M * H >= INT32_LIMIT
         with _interp_repairs(x.device):
             _backend.launch(
                 rms_norm_quant_kernel, (M,), x.device, x, weight, residual if residual is not None else x,
                 scale_ub if scale_ub is not None else scale, result, scale, H, H, H, float(epsilon), FP8_MAX, MIN_SCALE,
-                H=H, RBLOCK=cfg.RBLOCK, BLOCK=cfg.BLOCK, MBLOCK=cfg.MBLOCK or cfg.BLOCK, QBLOCK=cfg.QBLOCK or cfg.BLOCK,
+                H=H, RBLOCK=cfg.RBLOCK, BLOCK=cfg.BLOCK, MBLOCK=cfg.MBLOCK or cfg.BLOCK, QBLOCK=qblock,
                 HAS_RES=residual is not None, HAS_UB=scale_ub is not None,
                 INT64=int64, num_warps=cfg.num_warps,
             )  # fmt: skip
