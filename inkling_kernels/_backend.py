@@ -86,10 +86,8 @@ def interpreter_bf16_rounding() -> str:
 def _cast_impl(src, dst_type):
     if getattr(_state, "depth", 0) > 0 and _BF16_ROUNDING["mode"] == "rne":
         if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
-            # torch's fp32 -> bf16 conversion rounds to nearest even (NaN stays NaN)
-            x = torch.from_numpy(np.array(src.data, dtype=np.float32, copy=True))
-            bits = x.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
-            return TensorHandle(bits.reshape(np.shape(src.data)), dst_type.scalar)
+            # rounded to nearest even, a NaN to the canonical 0x7FFF, as cvt.rn.bf16.f32
+            return TensorHandle(_f32_as_bf16_bits(src.data), dst_type.scalar)
         if src.dtype.scalar == tl.bfloat16 and dst_type.scalar == tl.float32:
             # bf16 -> fp32 is exact: the 16 bits moved to the top of the word. Triton 3.9's
             # interpreter goes through a float conversion that reads the 127 bf16 subnormals wrong.
@@ -103,9 +101,12 @@ def _bf16_as_f32(bits) -> np.ndarray:
 
 
 def _f32_as_bf16_bits(x) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    t = torch.from_numpy(np.array(x, dtype=np.float32, copy=True).reshape(-1))
-    return t.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16).reshape(np.shape(x))
+    """fp32 values rounded to bf16 bit patterns as ``cvt.rn.bf16.f32`` rounds them: to nearest
+    even (torch's conversion), and every NaN, whatever its sign and payload, to the canonical
+    0x7FFF (torch's CPU conversion keeps the sign: 0xFFFF)."""
+    flat = np.array(x, dtype=np.float32, copy=True).reshape(-1)
+    bits = torch.from_numpy(flat).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    return np.where(np.isnan(flat), np.uint16(0x7FFF), bits).reshape(np.shape(x))
 
 
 _original_binary_op = interpreter_builder.binary_op

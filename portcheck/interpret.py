@@ -76,10 +76,18 @@ def _bf16_as_f32(bits) -> np.ndarray:
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+CANONICAL_BF16_NAN = 0x7FFF  # what the GPU's cvt.rn.bf16 writes for any NaN
+
+
 def _f32_as_bf16_bits(x) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    t = torch.from_numpy(np.array(x, dtype=np.float32, copy=True).reshape(-1))
-    return t.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16).reshape(np.shape(x))
+    """fp32 (or fp64) values rounded to bf16 bit patterns as ``cvt.rn.bf16`` rounds them: to
+    nearest even, and every NaN, whatever its sign and payload, to the canonical 0x7FFF (torch's
+    CPU conversion keeps the sign: 0xFFFF)."""
+    x = np.asarray(x)
+    x = x if x.dtype in (np.float32, np.float64) else x.astype(np.float32)
+    flat = np.array(x, copy=True).reshape(-1)
+    bits = torch.from_numpy(flat).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    return np.where(np.isnan(flat), np.uint16(CANONICAL_BF16_NAN), bits).reshape(np.shape(x))
 
 
 class _Patches:
@@ -126,9 +134,7 @@ class _Patches:
             return self.TensorHandle(_bf16_as_f32(src.data).astype(floats[d]), d)
         if d == tl.bfloat16 and s in floats:  # round to nearest even, as cvt.rn.bf16 does
             wide = np.asarray(src.data).astype(np.float64 if s == tl.float64 else np.float32)
-            t = torch.from_numpy(np.array(wide, copy=True).reshape(-1))
-            bits = t.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
-            return self.TensorHandle(bits.reshape(np.shape(src.data)), d)
+            return self.TensorHandle(_f32_as_bf16_bits(wide), d)
         return self.original["cast_impl"](src, dst_type)
 
     def binary_op(self, lhs, rhs, op):

@@ -12,6 +12,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from conftest import gpu_only
 from triton.language.extra import libdevice
 
 import portcheck
@@ -42,11 +43,27 @@ N = 512
 NAMES = ("bf16->fp32", "fp32->bf16", "bf16 *", "bf16 +", "bf16 /", "fp32->e4m3", "libdevice.exp", "bf16->fp16")
 
 
+# fp32 NaNs of both signs and several payloads, the infinities and the zeros (bit patterns)
+SPECIAL_F32 = (0x7FC00000, 0xFFC00000, 0x7F800001, 0x7FA00000, 0xFFFFFFFF, 0x7F800000, 0xFF800000, 0x80000000, 0)
+
+
 def _inputs():
     x = portcheck.values((N,), torch.float32, "ties", seed=1) * 37  # ties of bf16, beyond 448 too
+    x[: len(SPECIAL_F32)] = torch.tensor(SPECIAL_F32, dtype=torch.int64).to(torch.int32).view(torch.float32)
     b = portcheck.values((N,), torch.bfloat16, "subnormal", seed=2)
     c = portcheck.values((N,), torch.bfloat16, "random", seed=3)
+    b[:3] = torch.tensor([0.0, 1.0, float("inf")])  # with c below: 0 * inf, a NaN operand, inf - inf
+    c[:3] = torch.tensor([float("inf"), float("nan"), float("-inf")])
     return x, b, c
+
+
+def _canonical(t):
+    """``t`` with every NaN the GPU's canonical one (torch's CPU conversions keep a NaN's sign)."""
+    canonical = {torch.bfloat16: (0x7FFF, torch.int16), torch.float8_e4m3fn: (0x7F, torch.uint8)}
+    if t.dtype not in canonical:
+        return t
+    bits, as_int = canonical[t.dtype]
+    return torch.where(t.float().isnan(), torch.tensor(bits, dtype=as_int).view(t.dtype), t.view(as_int).view(t.dtype))
 
 
 def _outs():
@@ -79,18 +96,42 @@ def test_the_repairs_give_the_gpus_bits():
     wide, narrow, mul, add, div, e4m3, exp, half = ops_portcheck()
     truth = {
         "bf16->fp32": (wide, b.float()),
-        "fp32->bf16": (narrow, x.to(torch.bfloat16)),
-        "bf16 *": (mul, (b.float() * c.float()).to(torch.bfloat16)),
-        "bf16 +": (add, (b.float() + c.float()).to(torch.bfloat16)),
-        "bf16 /": (div, (b.float() / c.float()).to(torch.bfloat16)),
-        "fp32->e4m3": (e4m3, x.clamp(-448, 448).to(torch.float8_e4m3fn)),
+        "fp32->bf16": (narrow, _canonical(x.to(torch.bfloat16))),
+        "bf16 *": (mul, _canonical((b.float() * c.float()).to(torch.bfloat16))),
+        "bf16 +": (add, _canonical((b.float() + c.float()).to(torch.bfloat16))),
+        "bf16 /": (div, _canonical((b.float() / c.float()).to(torch.bfloat16))),
+        "fp32->e4m3": (e4m3, _canonical(x.clamp(-448, 448).to(torch.float8_e4m3fn))),
         "bf16->fp16": (half, b.float().half()),
     }
     for name, (got, want) in truth.items():
         assert torch.equal(_bits(got), _bits(want)), name
+    # every NaN into bf16 is 0x7FFF, as cvt.rn.bf16.f32 writes it (sign and payload dropped)
+    assert _bits(narrow)[:5].tolist() == [0x7FFF] * 5
+    assert _bits(narrow)[5:9].tolist() == [0x7F80, -0x80, -0x8000, 0]  # +inf, -inf, -0, +0
+    nans = {"0 * inf": mul[0], "1 * NaN": mul[1], "1 + NaN": add[1], "1 / NaN": div[1], "inf + -inf": add[2],
+            "inf / -inf": div[2]}  # fmt: skip
+    assert {k: hex(_bits(v).item() & 0xFFFF) for k, v in nans.items()} == dict.fromkeys(nans, "0x7fff")
     assert torch.allclose(exp, torch.exp(x), rtol=1e-6, equal_nan=True)
     with pytest.raises(Exception, match="None"):  # as shipped, libdevice.exp is a stub returning None
         ops_portcheck(repairs=False)
+
+
+@gpu_only
+def test_the_repairs_are_the_compiled_kernels_bits_on_the_gpu():
+    """The same kernel compiled for this GPU: its conversions and its bf16 product are the CPU
+    mode's bits, NaNs of every sign and payload included (the sum and the quotient round an fp32
+    result the compiler may compute in another way: only their NaNs are held here)."""
+    x, b, c = (t.cuda() for t in _inputs())
+    outs = [t.cuda() for t in _outs()]
+    _ops[(1,)](x, b, c, *outs, N, BLOCK=N)
+    torch.cuda.synchronize()
+    cpu = ops_portcheck()
+    for name in ("bf16->fp32", "fp32->bf16", "bf16 *", "fp32->e4m3", "bf16->fp16"):
+        i = NAMES.index(name)
+        assert torch.equal(_bits(outs[i].cpu()), _bits(cpu[i])), name
+    for name in ("bf16 +", "bf16 /"):
+        got = _bits(outs[NAMES.index(name)].cpu())[:3]
+        assert got.tolist() == _bits(cpu[NAMES.index(name)])[:3].tolist(), name
 
 
 def test_portchecks_repairs_and_the_librarys_are_the_same_bits():

@@ -369,8 +369,10 @@ LONG_CPU = ((4, 4096, 4096), (4, 3200, 4096))
 def cpu_cases() -> list[portcheck.Case]:
     """The interpreter-sized matrix: M = 1 and 3 at H = 384 and H = 3200 (every value class, with
     and without a residual), the scale cap, fp16, the prefill config at H = 4096 and 3200, random
-    and on rows where the sum's order shows (49 cases)."""
-    return cases((1, 3), (384, 3200), long_rows=LONG_CPU) + [sum_order_case(4096), sum_order_case(3200)]
+    and on rows where the sum's order shows, and a NaN row wider than the original's maximum tile
+    (H = 5120: its config takes the row maximum over 4096-column tiles) (50 cases)."""
+    out = cases((1, 3), (384, 3200), long_rows=LONG_CPU) + [sum_order_case(4096), sum_order_case(3200)]
+    return out + [_case(1, 5120, "nan_inf", len(out))]
 
 
 def table_rows(hidden_sizes=None) -> tuple[tuple[int, int, None], ...]:
