@@ -179,3 +179,14 @@ def test_the_pytest_helper(case):
     portcheck.assert_case(plants.double, plants.double, case)
     with pytest.raises(AssertionError, match=r"at \(0, 3\)"):
         portcheck.assert_case(plants.double, plants.flip_one_bit, case)
+
+
+def test_an_interrupted_run_exits_3_with_a_line(monkeypatch, capsys):
+    from portcheck import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "run_args", interrupted)
+    code = cli.main(["portcheck_plants:double", "portcheck_plants:double", "--cases", CASES])
+    assert code == 3 == cli.EXIT_ERROR and capsys.readouterr().err == "portcheck: interrupted\n"
