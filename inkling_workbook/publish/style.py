@@ -97,7 +97,7 @@ def fastest(rows, impls):
 KEYS = ["group", "M", "N", "layout", "weighted"]
 
 
-DPI = 100  # figures/ PNGs at screen resolution (SVGs beside them); notebooks draw lower (``style.DPI = 60``)
+DPI = 100  # figures/ PNGs at screen resolution (SVGs beside them); notebooks draw at 90-100 so the text stays legible
 
 
 def load_bench(csv_path: str | Path) -> tuple[pd.DataFrame, dict]:
