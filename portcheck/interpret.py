@@ -21,14 +21,17 @@
   ``bf16 compare, min/max,  on the values                                           on the bit patterns
   negation``                                                                        (-1.0 > 0 is True)
   ``fp32->e4m3``            round to nearest even, saturate at +-448, NaN -> 0x7F   truncates the exponent
-  ``libdevice.exp``         ``__nv_expf``                                           an unbound stub (None);
-                                                                                    repaired as ``tl.exp``
+  ``libdevice`` functions   ``__nv_expf``, ``__nv_rsqrtf``, ...                     unbound stubs (None);
+                                                                                    bound to ``tl.math``'s
   ``bf16 constants``        the fp32 constant rounded to nearest even               truncates; Triton 3.6 has
                                                                                     no ``get_bf16`` at all
   ========================  ======================================================  ===========================
 
-  (``libdevice.exp`` runs numpy's ``exp``: its bits can differ from ``__nv_expf`` in the last
-  place. Each side of a check sees the same repairs, so a check compares like with like.)
+  (:data:`LIBDEVICE` lists the functions bound and their ``tl.math`` counterparts, which the
+  interpreter runs as numpy's: ``exp``, ``rsqrt``, ``sin`` and the other transcendental ones can
+  differ from libdevice's in the last place; ``sqrt_rn``, ``div_rn``, ``floor``, ``ceil``
+  and ``abs`` are exact on both; ``fma`` rounds once under Triton 3.9's interpreter, twice
+  under 3.6's. Each side of a check sees the same repairs, so a check compares like with like.)
 * on leaving, everything the interpreter patched in ``triton.language`` is put back (its
   device-function calls leave the language patched, after which a compile in the same process
   fails with ``'value' object has no attribute 'dtype'``): compiled kernels still build.
@@ -40,8 +43,9 @@
 and numpy only, and portcheck must not depend on the library (it is a tool for anyone's
 kernels), so neither can import the other and the repairs live twice. ``tests/test_portcheck_cpu.py``
 runs both over the same conversions and bf16 operations and asserts the same bits, so the two
-copies cannot drift apart unnoticed; a repair added to one must be added to the other (the test's
-list of operations names each).
+copies cannot drift apart unnoticed; a repair of an operation both have must be made in both (the
+test's list of operations names each). The library binds only the libdevice function its kernels
+call (``exp``).
 """
 
 from __future__ import annotations
@@ -53,9 +57,14 @@ import threading
 import numpy as np
 import torch
 
+#: libdevice function -> the ``tl.math`` function the CPU mode binds it to (the interpreter leaves
+#: every libdevice function an unbound stub returning None).
+LIBDEVICE = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sqrt": "sqrt", "sqrt_rn": "sqrt_rn",
+             "rsqrt": "rsqrt", "sin": "sin", "cos": "cos", "erf": "erf", "floor": "floor", "ceil": "ceil",
+             "abs": "abs", "div_rn": "div_rn", "fma": "fma"}  # fmt: skip
 REPAIRS = ("fp32->bf16 RNE", "bf16->fp32 exact (subnormals)", "bf16<->fp16/fp64 via fp32", "bf16 arithmetic RNE",
-           "bf16 comparisons, min/max, negation", "fp32->e4m3 RNE saturating", "libdevice.exp",
-           "bf16 constants")  # fmt: skip
+           "bf16 comparisons, min/max, negation", "fp32->e4m3 RNE saturating",
+           "libdevice " + ", ".join(LIBDEVICE) + " as tl.math", "bf16 constants")  # fmt: skip
 E4M3_MAX = 448.0
 _ABSENT = object()
 _state = threading.local()
@@ -116,8 +125,14 @@ class _Patches:
             "jit_call": JITFunction.__call__,
             "jit_run": JITFunction.run,
             "interp_run": InterpretedFunction.run,
-            "libdevice_exp": libdevice.exp,
         }
+        # every libdevice stub (a function of the module's own: Triton compiles the calls to the
+        # backend's library); the CPU mode binds LIBDEVICE's and makes the others raise by name
+        self.libdevice_stubs = tuple(
+            n for n, v in vars(libdevice).items()
+            if not n.startswith("_") and callable(v) and getattr(v, "__module__", None) == libdevice.__name__
+        )  # fmt: skip
+        self.original |= {f"libdevice_{name}": getattr(libdevice, name) for name in self.libdevice_stubs}
         self.interpreted: dict[int, object] = {}
         classes = [
             v for v in vars(tl.core).values() if isinstance(v, type) and v.__module__.startswith("triton.language")
@@ -183,10 +198,29 @@ class _Patches:
         return self.cast_impl(self.builder.get_fp32(value), self.tl.bfloat16)
 
     @staticmethod
-    def libdevice_exp(arg0, _semantic=None):
+    def libdevice_as_math(name: str):
+        """``libdevice.<name>`` as ``tl.math.<LIBDEVICE[name]>`` (what the interpreter can run)."""
         import triton.language as tl
 
-        return tl.math.exp(arg0)
+        def bound(*args, _semantic=None):  # looked up per call: the interpreter patches tl.math per launch
+            return getattr(tl.math, LIBDEVICE[name])(*args)
+
+        bound.__name__ = f"libdevice_{name}"
+        return bound
+
+    @staticmethod
+    def libdevice_unsupported(name: str):
+        """``libdevice.<name>`` with no repair: raises, naming it (as shipped it returns None and
+        the kernel fails a line later on ``None``)."""
+
+        def unsupported(*args, _semantic=None):
+            raise NotImplementedError(
+                f"libdevice.{name} has no CPU-mode repair: Triton's interpreter cannot run it (bound to "
+                f"tl.math: {', '.join(LIBDEVICE)}); check this kernel on a GPU (--device cuda)"
+            )
+
+        unsupported.__name__ = f"libdevice_{name}"
+        return unsupported
 
     # -- running compiled-mode kernels in the interpreter ----------------------------------------
 
@@ -265,7 +299,10 @@ def cpu_mode(repairs: bool = True):
             (p.builder, "unary_op", p.unary_op),
             (p.builder, "create_fp_to_fp", p.create_fp_to_fp),
             (p.builder, "get_bf16", p.get_bf16),
-            (p.libdevice, "exp", p.libdevice_exp),
+        ]
+        patches += [
+            (p.libdevice, name, p.libdevice_as_math(name) if name in LIBDEVICE else p.libdevice_unsupported(name))
+            for name in p.libdevice_stubs
         ]
     snap = p.snapshot()
     saved = _apply(patches)
@@ -324,7 +361,7 @@ def _saved_values(patches):
         (p.builder, "unary_op"): _ABSENT,
         (p.builder, "create_fp_to_fp"): _ABSENT,
         (p.builder, "get_bf16"): _ABSENT,
-        (p.libdevice, "exp"): p.original["libdevice_exp"],
+        **{(p.libdevice, name): p.original[f"libdevice_{name}"] for name in p.libdevice_stubs},
     }
     for obj, name, _ in patches:
         yield obj, name, originals[(obj, name)]

@@ -209,3 +209,51 @@ def test_the_command_line_interprets_by_itself_with_or_without_the_variable(tmp_
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "| registers |" in r.stdout and "did not compile" not in r.stdout
     assert ("TRITON_INTERPRET ignored" in r.stderr) == bool(variable)
+
+
+@triton.jit
+def _libdevice_ops(x_ptr, y_ptr, exact_ptr, approx_ptr, n, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    m = i < n
+    x = tl.load(x_ptr + i, mask=m)  # positive
+    y = tl.load(y_ptr + i, mask=m)
+    exact = (libdevice.sqrt_rn(x), libdevice.div_rn(y, x), libdevice.floor(y), libdevice.ceil(y), libdevice.abs(y))
+    approx = (libdevice.rsqrt(x), libdevice.log(x), libdevice.exp2(y), libdevice.sin(y), libdevice.erf(y))
+    for k in tl.static_range(5):
+        tl.store(exact_ptr + k * BLOCK + i, exact[k], mask=m)
+        tl.store(approx_ptr + k * BLOCK + i, approx[k], mask=m)
+
+
+@triton.jit
+def _libdevice_tanh(x_ptr, o_ptr, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    tl.store(o_ptr + i, libdevice.tanh(tl.load(x_ptr + i)))
+
+
+def test_libdevice_functions_run_in_cpu_mode_and_the_others_name_themselves():
+    """As shipped, every libdevice function is an interpreter stub returning None; the CPU mode
+    binds :data:`portcheck.interpret.LIBDEVICE`'s to ``tl.math`` (correctly rounded ones exact,
+    transcendental ones numpy's) and makes the rest raise by name; after the block the stubs are
+    back and the kernel compiles for sm_90."""
+    from portcheck import interpret
+
+    x = torch.rand(100, generator=torch.Generator().manual_seed(4)) * 50 + 1e-3
+    y = torch.randn(100, generator=torch.Generator().manual_seed(5)) * 7
+    exact, approx = torch.full((5, 128), 7.0), torch.full((5, 128), 7.0)
+    with portcheck.cpu_mode():
+        _libdevice_ops[(1,)](x, y, exact, approx, 100, BLOCK=128)
+        with pytest.raises(Exception, match=r"libdevice\.tanh has no CPU-mode repair"):
+            _libdevice_tanh[(1,)](x[:64], torch.empty(64), BLOCK=64)
+    xd, yd = x.double(), y.double()
+    want_exact = [xd.sqrt(), yd / xd, yd.floor(), yd.ceil(), yd.abs()]
+    for k, want in enumerate(want_exact):  # correctly rounded: the float64 result rounded once
+        assert torch.equal(exact[k, :100], want.float()), k
+    want_approx = [xd.rsqrt(), xd.log(), torch.exp2(yd), yd.sin(), torch.erf(yd)]
+    for k, want in enumerate(want_approx):
+        assert torch.allclose(approx[k, :100].double(), want, rtol=2e-6, atol=1e-7), k
+    assert {"rsqrt", "sqrt_rn", "div_rn", "exp"} <= set(interpret.LIBDEVICE)
+    assert any(r.startswith("libdevice exp, ") for r in portcheck.REPAIRS)
+    assert libdevice.rsqrt(1.0) is None and libdevice.tanh(1.0) is None  # the stubs, back
+    launch = portcheck.code.Launch(_libdevice_ops, (x, y, exact, approx, 100), {"BLOCK": 128}, (1,))
+    ptx = portcheck.code.compile_launch(launch)[0].asm["ptx"]
+    assert "sqrt.rn." in ptx and "div.rn." in ptx and "rsqrt.approx." in ptx  # libdevice's, compiled

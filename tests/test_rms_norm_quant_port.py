@@ -18,6 +18,7 @@ from conftest import gpu_only, poisoned, randn
 from triton.language.extra import libdevice
 
 import portcheck
+from inkling_kernels import _backend
 from inkling_workbook.ports.rms_norm_quant import helion as H
 from inkling_workbook.ports.rms_norm_quant import interp, table
 from inkling_workbook.ports.rms_norm_quant import port as P
@@ -121,8 +122,9 @@ def _probe_max(x_ptr, mx_ptr, mn_ptr, n, BLOCK: tl.constexpr):
 
 
 def test_interpreter_repair_binds_rsqrt_and_bf16_max_needs_none(gen):
-    """Inside ``interp.repairs``: ``libdevice.rsqrt`` is ``1 / sqrt``; outside, the unbound stub
-    fails again. ``tl.max``/``tl.min`` over bf16 (negatives, masked ``-inf``) reduce values with or
+    """Inside ``interp.repairs``: ``libdevice.rsqrt`` is ``1 / sqrt``; portcheck's CPU mode binds
+    it alike (the same bits); outside both, on the library's CPU path, the unbound stub fails
+    again. ``tl.max``/``tl.min`` over bf16 (negatives, masked ``-inf``) reduce values with or
     without it (Triton widens bf16 to fp32 first)."""
     n = 200
     x = randn((n,), torch.bfloat16, gen, "cpu", scale=3.0)
@@ -134,11 +136,14 @@ def test_interpreter_repair_binds_rsqrt_and_bf16_max_needs_none(gen):
     want = 1 / numpy.sqrt(x.float().abs().numpy() + numpy.float32(1))
     assert torch.equal(rs.view(torch.int32), torch.from_numpy(want).view(torch.int32))
     assert mx.item() == x.float().max().item() and mn.item() == min(0.0, x.float().min().item())
+    rs2 = poisoned((n,), torch.float32, "cpu")
     with portcheck.interpret.cpu_mode():
-        with pytest.raises(Exception, match="None"):
-            _probe_rsqrt[(1,)](x, rs, n, BLOCK=256)
+        _probe_rsqrt[(1,)](x, rs2, n, BLOCK=256)
         _probe_max[(1,)](x, mx, mn, n, BLOCK=256)
+    assert torch.equal(rs2.view(torch.int32), rs.view(torch.int32))
     assert mx.item() == x.float().max().item() and mn.item() == min(0.0, x.float().min().item())
+    with pytest.raises(Exception, match="None"):
+        _backend.launch(_probe_rsqrt, (1,), torch.device("cpu"), x, rs, n, BLOCK=256)
     assert vars(libdevice).get("rsqrt") is not interp._libdevice_rsqrt
 
 
