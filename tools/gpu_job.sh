@@ -250,7 +250,7 @@ if want tests || want sanitize || want bitwise || want fusion || want notebooks;
   # FP fusion: every op's bits under both settings of Triton's default, helion and compile beside
   ( want fusion && run fusion $PY -m inkling_workbook fusion ) &
   ( want notebooks && run notebooks_01_03_08 notebooks notebooks/01_*.ipynb notebooks/02_*.ipynb notebooks/03_*.ipynb \
-    notebooks/08_*.ipynb notebooks/09_*.ipynb notebooks/10_*.ipynb ) &
+    notebooks/08_*.ipynb notebooks/09_*.ipynb notebooks/10_*.ipynb notebooks/11_*.ipynb ) &
   wait
   show tests tests_fusion_off memcheck racecheck initcheck bitwise nvfp4_bitwise ptx fusion notebooks_01_03_08 notebooks_04_05_07
   pack
