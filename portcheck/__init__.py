@@ -34,6 +34,7 @@ Modules, by what a reader looks for:
   :mod:`portcheck.cli`: the command line; :mod:`portcheck.names`: ``MODULE:NAME`` resolved.
 """
 
+from ._version import __version__
 from .cases import ROW_PAD, STRIDES, VALUE_CLASSES, Case, digest, fingerprint, laid_out, matrix, name_seed, values
 from .code import CLASSES, Launch, capture_launches, compile_launch, generated_code, opcode_mix
 from .compare import (
@@ -61,5 +62,5 @@ __all__ = [
     "compile_launch", "cpu_mode", "details", "digest", "e4m3_ulp_distance", "fingerprint", "generated_code",
     "label", "laid_out", "load_cases", "matrix", "name_seed", "opcode_mix", "pool", "provenance", "pytest_cases",
     "reproducer", "resolve", "run", "run_isolated", "run_parallel", "submit", "ulp_distance", "ulp_histogram",
-    "values",
+    "values", "__version__",
 ]  # fmt: skip

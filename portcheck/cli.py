@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+from ._version import __version__
 from .names import UsageError, load_cases, resolve
 from .report import EXIT_ERROR, EXIT_USAGE
 
@@ -163,6 +164,7 @@ def parser() -> argparse.ArgumentParser:
         description="Check a port against its original, bit for bit, over a case matrix.",
         epilog="exit codes: 0 equal, 1 mismatch, 2 usage error, 3 a case errored, crashed or timed out",
     )
+    p.add_argument("--version", action="version", version=f"portcheck {__version__}")
     add_arguments(p)
     return p
 

@@ -11,6 +11,7 @@ import sys
 
 import torch
 
+from ._version import __version__
 from .compare import ULP_BUCKETS
 
 #: exit codes of the command line (and :attr:`Report.exit_code`)
@@ -25,7 +26,8 @@ def provenance(device, interpret_repairs: bool = True) -> dict:
 
     device = torch.device(device)
     doc = {
-        "portcheck": _version(),
+        "portcheck": __version__,
+        "distribution": _version(),
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "triton": triton.__version__,
@@ -48,6 +50,7 @@ def provenance(device, interpret_repairs: bool = True) -> dict:
 
 
 def _version() -> str:
+    """The version of the distribution portcheck was installed from (``inkling-kernels``)."""
     try:
         from importlib.metadata import version
 
