@@ -171,11 +171,13 @@ def test_measure_steps_record_starts_from_helion(tmp_path, monkeypatch, helion):
     monkeypatch.setattr(port_steps.provenance, "gpu_state", lambda: {})
     csv_path, meta_path = port_steps.measure_steps(tmp_path / "port_steps_fake.csv", shapes=[(16, 3072)])
     first = [port_steps.HELION] if helion else []
-    assert timed["names"] == [*first, *port_steps.STEP_NAMES, "package"]
+    assert timed["names"] == [*first, *port_steps.STEP_NAMES, "package", port_steps.CONTROL]
     meta = json.loads(meta_path.read_text())
     assert meta["helion"]["timed"] is helion and ("why_not" in meta["helion"]) is not helion
-    assert [s["name"] for s in meta["steps"]] == [*first, *port_steps.STEP_NAMES, "package"]
+    assert [s["name"] for s in meta["steps"]] == [*first, *port_steps.STEP_NAMES, "package", port_steps.CONTROL]
     back = list(csv.DictReader(csv_path.open()))
     assert [r["impl"] for r in back] == timed["names"]
     if helion:
         assert back[0]["config"] == "helion sm90 table cfg 3" and back[0]["step"] == "-1"
+    assert [int(r["step"]) for r in back[-2:]] == [len(port_steps.STEPS), len(port_steps.STEPS) + 1]
+    assert back[-1]["config"] == back[-2]["config"]  # the control runs the package's launch

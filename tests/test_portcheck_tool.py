@@ -147,7 +147,8 @@ def test_reports_junit_pivot_provenance_and_dump(tmp_path):
         prov["torch"] == torch.__version__
         and prov["device"] == "cpu"
         and "fp32->bf16 RNE" in prov["cpu_mode"]["repairs"]
-        and prov["portcheck"] == portcheck.__version__ and "distribution" in prov
+        and prov["portcheck"] == portcheck.__version__
+        and "distribution" in prov
     )
     version = _cli("--version")
     assert version.returncode == 0 and version.stdout.strip() == f"portcheck {portcheck.__version__}"

@@ -233,7 +233,7 @@ def config_label(name: str, M: int, N: int, weighted: bool = False) -> str:
     (``helion sm90 table cfg 3``, ``helion fixed 1x256/4w``)."""
     if name == HELION:
         return helion_original.config_label(helion_config(N, weighted), 2 * N, weighted)
-    if name == "package":
+    if name in ("package", CONTROL):
         cfg = launch_config(M, N)
         return f"package {cfg.BLOCK_M}x{cfg.BLOCK_N}/{cfg.num_warps}w"
     bm, bn, warps = _tile(name, M, N)
@@ -289,6 +289,12 @@ def implementations(helion: bool | None = None) -> dict[str, Callable]:
     return impls
 
 
+#: The A/A control: the package kernel timed a second time, in a graph and an output buffer of its
+#: own, in the same passes. The same code, so any gap between ``package`` and ``CONTROL`` is the
+#: method's (graph, buffer placement), the smallest difference between two steps worth reading.
+CONTROL = "package_again"
+
+
 # ---- measurement ------------------------------------------------------------------------------
 
 #: (M, N): decode (one token, 16 tokens), prefill, and N = 768 where grid order and offsets matter more.
@@ -302,6 +308,7 @@ def row(step: str, M: int, N: int, t, sm_clock_mhz=None, helion_us: float | None
     from inkling_workbook.measure.bench import silu_bytes
 
     index = HELION_STEP if step == HELION else STEP_NAMES.index(step) if step in STEP_NAMES else len(STEPS)
+    index += step == CONTROL
     return {
         "step": index,
         "impl": step,
@@ -317,15 +324,16 @@ def row(step: str, M: int, N: int, t, sm_clock_mhz=None, helion_us: float | None
 
 
 def time_steps(shapes=SHAPES, names: list[str] | None = None, passes: int | None = None) -> list[dict]:
-    """Time ``names`` (default: helion when installed, every step and the package) on ``shapes``
-    with the project's method: one :class:`timing.GraphTimer` per implementation on the same buffers
-    (warm L2), passes interleaved across implementations (:func:`timing.time_interleaved`; decode
+    """Time ``names`` (default: helion when installed, every step and the package; :data:`CONTROL`
+    by name) on ``shapes`` with the project's method: one :class:`timing.GraphTimer` per
+    implementation on the same buffers (warm L2), passes interleaved across implementations (:func:`timing.time_interleaved`; decode
     shapes 3 passes, others 2 unless ``passes`` is given); each row's ``vs_helion`` from the same
     passes. GPU only; call :func:`timing.warm_clocks` first."""
     from inkling_workbook.measure import timing
 
     impls = implementations()
     names = names or list(impls)
+    impls[CONTROL] = impls["package"]  # named only: the same function, a graph and an output of its own
     rows = []
     for M, N in shapes:
         x = torch.randn((M, 2 * N), device="cuda", dtype=torch.bfloat16)
@@ -369,8 +377,10 @@ def measure_steps(out: str | Path | None = None, shapes=SHAPES, command=None) ->
                 "technique": f"helion {helion_original.HELION_VERSION} original, production config"}  # fmt: skip
     meta["steps"] = ([original] if helion else []) + [s.__dict__ for s in STEPS]
     meta["steps"] += [{"index": len(STEPS), "name": "package", "technique": "inkling_kernels.silu_and_mul, PDL off",
-                       "expect": ""}]  # fmt: skip
+                       "expect": ""},
+                      {"index": len(STEPS) + 1, "name": CONTROL, "technique": "the package again: its own graph "
+                       "and output, the same passes", "expect": "a tie with package: the A/A control"}]  # fmt: skip
     meta["shapes"] = [list(s) for s in shapes]
-    rows = time_steps(shapes, names=list(implementations(helion)))
+    rows = time_steps(shapes, names=[*implementations(helion), CONTROL])
     meta["gpu_state_after"] = provenance.gpu_state()
     return timing.write_records(rows, meta, out)
