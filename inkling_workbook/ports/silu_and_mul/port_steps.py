@@ -326,9 +326,9 @@ def row(step: str, M: int, N: int, t, sm_clock_mhz=None, helion_us: float | None
 def time_steps(shapes=SHAPES, names: list[str] | None = None, passes: int | None = None) -> list[dict]:
     """Time ``names`` (default: helion when installed, every step and the package; :data:`CONTROL`
     by name) on ``shapes`` with the project's method: one :class:`timing.GraphTimer` per
-    implementation on the same buffers (warm L2), passes interleaved across implementations (:func:`timing.time_interleaved`; decode
-    shapes 3 passes, others 2 unless ``passes`` is given); each row's ``vs_helion`` from the same
-    passes. GPU only; call :func:`timing.warm_clocks` first."""
+    implementation on the same buffers (warm L2), passes interleaved across implementations
+    (:func:`timing.time_interleaved`; decode shapes 3 passes, others 2 unless ``passes`` is given);
+    each row's ``vs_helion`` from the same passes. GPU only; call :func:`timing.warm_clocks` first."""
     from inkling_workbook.measure import timing
 
     impls = implementations()
