@@ -1,5 +1,5 @@
-"""``python -m inkling_workbook {check,portcheck,bench,decode,serving,server-chain,steps,fp8-steps,fusion,
-moe-layer,silu-mul-fp8,rms-norm-quant,figures,results,info}``."""
+"""``python -m inkling_workbook {check,portcheck,bench,decode,serving,server-chain,steps,fp8-steps,nvfp4-steps,
+fusion,moe-layer,silu-mul-fp8,rms-norm-quant,figures,results,info}``."""
 
 from __future__ import annotations
 
@@ -109,6 +109,22 @@ def _fp8_steps(args) -> int:
     device = torch.device(args.device)
     if device.type != "cuda":
         raise SystemExit("fp8-steps times the kernels: it needs --device cuda (a CUDA GPU)")
+    timing.require_gpu()
+    out = Path(args.out) if args.out else None
+    csv_path, meta_path = step_checks.measure_steps(out, device)
+    meta = json.loads(meta_path.read_text())
+    print(json.dumps(meta["bitwise"]["summary"], indent=1))
+    print(f"wrote {csv_path} and {meta_path}")
+    return 0 if meta["bitwise"]["all_ok"] else 1
+
+
+def _nvfp4_steps(args) -> int:
+    from inkling_workbook.measure import timing
+    from inkling_workbook.nvfp4_steps import checks as step_checks
+
+    device = torch.device(args.device)
+    if device.type != "cuda":
+        raise SystemExit("nvfp4-steps times the kernels: it needs --device cuda (a CUDA GPU)")
     timing.require_gpu()
     out = Path(args.out) if args.out else None
     csv_path, meta_path = step_checks.measure_steps(out, device)
@@ -268,6 +284,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda", help="default cuda (the only one it times on)")
     p.add_argument("--out", help="CSV file or folder (default data/fp8_steps_<gpu>.csv; a .json beside it)")
     p.set_defaults(fn=_fp8_steps)
+    p = sub.add_parser("nvfp4-steps", help="check and time every step of the fused NVFP4 kernel (notebook 05, GPU)")
+    p.add_argument("--device", default="cuda", help="default cuda (the only one it times on)")
+    p.add_argument("--out", help="CSV file or folder (default data/nvfp4_steps_<gpu>.csv; a .json beside it)")
+    p.set_defaults(fn=_nvfp4_steps)
     p = sub.add_parser(
         "fusion", help="every op's bits under TRITON_DEFAULT_FP_FUSION=0 and =1, helion and torch.compile beside them"
     )

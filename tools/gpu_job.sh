@@ -12,7 +12,7 @@
 #
 # STEPS, a comma list; `check` (the default) is the GPU job, `publish` the measurements:
 #   check      = tests,bitwise,smoke,notebook06,sanitize,notebooks
-#   publish    = bench,bench_quant,serving,decode,moe,silufp8,rmsquant,fusion,chain
+#   publish    = bench,bench_quant,serving,nvfp4steps,decode,moe,silufp8,rmsquant,fusion,chain
 # The GPU job (`check`) is what an issue that changes code the GPU runs must pass at the commit
 # that resolves it. It verifies; it does not write the published timings. Those are the
 # `publish` steps, run at a commit whose kernels are the head's when numbers are republished:
@@ -48,6 +48,8 @@
 #              -> data/port_steps_<gpu>.csv, .json, and the fused FP8 kernel step by step
 #              (notebook 07) -> data/fp8_steps_<gpu>.csv, .json
 #   fp8steps   only that last part of serving
+#   nvfp4steps the fused NVFP4 kernel step by step (notebook 05): each step checked bitwise on the GPU,
+#              then timed -> data/nvfp4_steps_<gpu>.csv, .json (not yet run: estimated 60-120 s)
 #   decode     the decode-to-mid sweep and the empty-kernel floors -> data/decode_<gpu>.csv, .json
 #   moe        the MoE layer of notebook 08 -> data/moe_layer_<gpu>.csv, .json
 #   silufp8    the second port (notebook 09): portcheck over its GPU matrix and the steps in 12
@@ -78,7 +80,7 @@ set -uo pipefail
 OUT_DIR=${1:-${OUT:-build/gpu_job}}
 STEPS=${2:-check}
 STEPS=${STEPS//check/tests,bitwise,smoke,notebook06,sanitize,notebooks}
-STEPS=${STEPS//publish/bench,bench_quant,serving,decode,moe,silufp8,rmsquant,fusion,chain}
+STEPS=${STEPS//publish/bench,bench_quant,serving,nvfp4steps,decode,moe,silufp8,rmsquant,fusion,chain}
 mkdir -p "$OUT_DIR"
 OUT_DIR=$(cd "$OUT_DIR" && pwd)
 echo $$ >"$OUT_DIR/pid"
@@ -154,8 +156,8 @@ START=$SECONDS
 # pack: the records and notebooks written so far, into the tarball (rewritten after every phase)
 pack() { tar czf "$OUT_DIR/publish_$GPU.tar.gz" data notebooks/*.ipynb; }
 
-if want smoke || want bench || want bench_quant || want serving || want fp8steps || want decode || want moe || want silufp8 || want rmsquant || want chain; then
-  echo "=== phase 1, alone on the GPU: $(for s in smoke bench bench_quant serving fp8steps decode moe silufp8 rmsquant chain; do want $s && printf '%s ' $s; done)($(stamp))"
+if want smoke || want bench || want bench_quant || want serving || want fp8steps || want nvfp4steps || want decode || want moe || want silufp8 || want rmsquant || want chain; then
+  echo "=== phase 1, alone on the GPU: $(for s in smoke bench bench_quant serving fp8steps nvfp4steps decode moe silufp8 rmsquant chain; do want $s && printf '%s ' $s; done)($(stamp))"
   if want smoke; then
     # every measurement command on a small grid; what they write goes to a scratch folder, never
     # to data/ (a smoke record is not a published number)
@@ -182,13 +184,14 @@ if want smoke || want bench || want bench_quant || want serving || want fp8steps
     run steps $PY -m inkling_workbook steps
   fi
   (want serving || want fp8steps) && run fp8steps $PY -m inkling_workbook fp8-steps --device cuda
+  want nvfp4steps && run nvfp4steps $PY -m inkling_workbook nvfp4-steps --device cuda
   want decode && run decode $PY -m inkling_workbook decode
   want moe && run moe $PY -m inkling_workbook moe-layer
   # the check, the steps and the sweep's compiles in 12 processes, then the timing alone
   want silufp8 && run silufp8 $PY -m inkling_workbook silu-mul-fp8 --jobs 12 --no-progress
   want rmsquant && run rmsquant $PY -m inkling_workbook rms-norm-quant --jobs 12 --no-progress
   want chain && run chain $PY -m inkling_workbook server-chain --no-progress
-  show bench bench_quant serving steps fp8steps decode moe silufp8 rmsquant chain
+  show bench bench_quant serving steps fp8steps nvfp4steps decode moe silufp8 rmsquant chain
   pack
 fi
 
