@@ -2,7 +2,7 @@
 Triton, bit for bit.
 
 Per row ``x [H]`` (bf16; ``residual`` optional, added in fp32 and written back in bf16):
-``rms = rsqrt(sum(h * h) * fp32(1 / H) + eps)``, ``n = bf16(h * rms) * weight`` (a bf16
+``inv_rms = rsqrt(sum(h * h) * fp32(1 / H) + eps)``, ``n = bf16(h * inv_rms) * weight`` (a bf16
 product), ``s = max(min(amax |n|, scale_ub) * (1 / 448), 1 / (448 * 512))`` (fp32, stored to
 ``scale``), ``result = e4m3(clamp(n / s, -448, 448))``. The operation order and the dtype of every
 intermediate are the original's (:mod:`inkling_workbook.ports.rms_norm_quant.helion`); so is
@@ -46,7 +46,7 @@ MAX_ROW_TILE = 8192  # rows up to this width stay in registers between the passe
 
 @triton.jit
 def _normalized(h, inv_rms, w):
-    """``bf16(h * rms) * weight`` in the input's dtype (two roundings, as the original)."""
+    """``bf16(h * inv_rms) * weight`` in the input's dtype (two roundings, as the original)."""
     return (h * inv_rms).to(w.dtype) * w
 
 

@@ -102,7 +102,7 @@ class Step:
 STEPS = [
     Step(0, "naive", "textbook: one-tile sum, sum / H, fp32 h * rms * w, amax / 448", (False, False, False, False)),
     Step(1, "mean_by_reciprocal", "the mean as sum * fp32(1 / H)", (True, False, False, False)),
-    Step(2, "bf16_normalized", "bf16(h * rms) times the weight, in x's dtype", (True, True, False, False)),
+    Step(2, "bf16_normalized", "bf16(h * inv_rms) times the weight, in x's dtype", (True, True, False, False)),
     Step(3, "scale_by_reciprocal", "the scale as amax * (1 / 448), 1 / 448 divided in fp32", (True, True, True, False)),
     Step(4, "config_tile_sum", "the sum tile by tile in the config's tile, in order", (True, True, True, True)),
 ]  # fmt: skip

@@ -1,8 +1,8 @@
 """Inputs on which the order of the sum of squares shows in the outputs, under the CPU's arithmetic.
 
 The sum of squares is rounded in fp32 once a tile sum is added, so two orders give sums a last
-place apart on many rows; the outputs hide most of that: a one-ulp change of ``rms`` moves
-``bf16(h * rms)`` only where ``h * rms`` lies within 2**-24 of a bf16 rounding boundary (about one
+place apart on many rows; the outputs hide most of that: a one-ulp change of ``inv_rms`` moves
+``bf16(h * inv_rms)`` only where ``h * inv_rms`` lies within 2**-24 of a bf16 rounding boundary (about one
 element in 65 000), and the e4m3 result only where that bf16 step crosses an e4m3 one. Random
 rows at H = 4096 show it at about one row in a few hundred; the CPU matrix affords a few rows.
 
@@ -43,8 +43,8 @@ def cpu_outputs(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | 
     hn = h.numpy()
     acc = tile_sums(hn * hn, tile)
     mean = acc * np.float32(1.0 / x.shape[1]) + np.float32(eps)
-    rms = torch.from_numpy((1 / np.sqrt(mean)).astype(np.float32))[:, None]
-    n = ((h * rms).to(x.dtype).float() * weight.float()).to(x.dtype).float()
+    inv_rms = torch.from_numpy((1 / np.sqrt(mean)).astype(np.float32))[:, None]
+    n = ((h * inv_rms).to(x.dtype).float() * weight.float()).to(x.dtype).float()
     inv = torch.tensor(1.0, dtype=torch.float32) / torch.tensor(FP8_MAX, dtype=torch.float32)
     s = torch.clamp(n.abs().amax(dim=1) * inv, min=torch.tensor(MIN_SCALE, dtype=torch.float32).item())
     y = (n / s[:, None]).clamp(-FP8_MAX, FP8_MAX).to(OUT_DTYPE)
@@ -116,7 +116,7 @@ def sum_order_rows(rows: int, H: int, tile: int, other_tile: int, seed: int, dty
 
 def order_effects(rows: int, H: int, tile: int, other_tile: int, seed: int, dtype=torch.bfloat16) -> dict:
     """On ``rows`` random rows (``randn * 3``, residual ``randn``, weight ``1 + randn``): how many
-    rows the two orders give a different fp32 sum of squares, a different ``rms``, a different
+    rows the two orders give a different fp32 sum of squares, a different ``inv_rms``, a different
     bf16 ``n`` and different result bytes, under the interpreter's arithmetic."""
     gen = torch.Generator().manual_seed(seed)
     w = (1.0 + torch.randn(H, generator=gen, dtype=torch.float64)).to(dtype)
@@ -126,10 +126,10 @@ def order_effects(rows: int, H: int, tile: int, other_tile: int, seed: int, dtyp
     out = {"rows": rows}
     sums = [tile_sums(h * h, t) for t in (tile, other_tile)]
     out["sum"] = int((sums[0] != sums[1]).sum())
-    rms = [(1 / np.sqrt(s * np.float32(1.0 / H) + np.float32(1e-6))).astype(np.float32) for s in sums]
-    out["rms"] = int((rms[0] != rms[1]).sum())
-    ns = [(torch.from_numpy(h) * torch.from_numpy(q)[:, None]).to(dtype) for q in rms]
-    out["bf16(h * rms)"] = int((ns[0].view(torch.int16) != ns[1].view(torch.int16)).any(dim=1).sum())
+    inv_rms = [(1 / np.sqrt(s * np.float32(1.0 / H) + np.float32(1e-6))).astype(np.float32) for s in sums]
+    out["inv_rms"] = int((inv_rms[0] != inv_rms[1]).sum())
+    ns = [(torch.from_numpy(h) * torch.from_numpy(q)[:, None]).to(dtype) for q in inv_rms]
+    out["bf16(h * inv_rms)"] = int((ns[0].view(torch.int16) != ns[1].view(torch.int16)).any(dim=1).sum())
     res = [cpu_outputs(x, w, r, t)[0].view(torch.uint8) for t in (tile, other_tile)]
     out["result bytes"] = int((res[0] != res[1]).any(dim=1).sum())
     out["result elements"] = int((res[0] != res[1]).sum())
