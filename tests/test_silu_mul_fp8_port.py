@@ -253,6 +253,37 @@ def test_sweep_shapes_pick_recorded_configs():
     assert P.gpu_cases()[-1].name.startswith("x".join(map(str, x.shape)) + " ")
 
 
+def _picked_keys(matrix) -> set:
+    """The table entries the cases' shapes pick (the input's shape read from the case's name)."""
+    keys = set()
+    for case in matrix:
+        *lead, two_n = (int(d) for d in case.name.split()[0].split("x"))
+        keys.add(H.pick_key(math.prod(lead), two_n // 2))
+    return keys
+
+
+def test_the_quick_matrix_checks_every_config_the_quick_sweep_times(monkeypatch):
+    """The GPU job's smoke (``--quick``) checks :func:`port.gpu_quick_cases`, whose shapes pick
+    every table entry the quick sweep's shapes pick, and the full run the GPU matrix."""
+    from inkling_workbook.ports.silu_mul_fp8 import bench as B
+
+    quick = P.gpu_quick_cases()
+    assert {H.pick_key(M, N) for M, N in B.sweep_shapes(quick=True)} <= _picked_keys(quick)
+    assert 0 < len(quick) < len(P.gpu_cases()) / 4
+    assert len({c.name for c in quick}) == len(quick)
+    seen = []
+
+    def load(spec):
+        seen.append(spec)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(B.portcheck, "load_cases", load)
+    for quick_flag, want in ((True, "gpu_quick_cases"), (False, "gpu_cases")):
+        with pytest.raises(RuntimeError, match="stop here"):
+            B.run(None, quick=quick_flag, device="cpu", parts=("check",), progress=False)
+        assert seen[-1] == f"inkling_workbook.ports.silu_mul_fp8.port:{want}"
+
+
 @needs_helion
 def test_the_gpu_script_runs_in_parts(monkeypatch, tmp_path):
     """Each part alone (one 10-minute call each on a fresh GPU): check writes the record without

@@ -30,8 +30,9 @@
 #              command on a small grid into a scratch folder that is not packed: serving, the port
 #              steps, the FP8 steps (each step checked against the kernel, then timed), the
 #              decode sweep (its first shapes), the MoE layer at M = 16 (accuracy, bitwise, eager
-#              and compiled), the second port and the third (`--quick`: portcheck over each GPU
-#              matrix, each timing sweep on a few of its shapes), the server chain (`--quick`: two shapes)
+#              and compiled), the second port and the third (`--quick`: portcheck over each quick
+#              matrix, each timing sweep on a few of its shapes), the server chain (`--quick`: two shapes);
+#              a publish step in the same STEPS runs its command whole instead of the smoke's
 #   notebook06 notebook 06 alone on the GPU (it re-measures its quick sweep into data/)
 #   sanitize   compute-sanitizer memcheck over the kernel test files in four processes, then
 #              racecheck and initcheck
@@ -163,15 +164,19 @@ if want smoke || want bench || want bench_quant || want serving || want fp8steps
     # to data/ (a smoke record is not a published number)
     SMOKE="$WORK/smoke"
     mkdir -p "$SMOKE/data"
+    # a publish step asked for in the same call runs that command whole: its smoke is left out
     run timing "${PYTEST[@]}" -rs -s -m timing tests
-    run smoke_serving $PY -m inkling_workbook serving --out "$SMOKE/data/serving.json"
-    run smoke_steps $PY -m inkling_workbook steps --out "$SMOKE/data/port_steps.csv"
-    run smoke_fp8steps $PY -m inkling_workbook fp8-steps --device cuda --out "$SMOKE/data/fp8_steps.csv"
-    run smoke_decode $PY -m inkling_workbook decode --out "$SMOKE" --budget-s 5
-    run smoke_moe $PY -m inkling_workbook moe-layer --out "$SMOKE" --ms 16 --no-progress
-    run smoke_silufp8 $PY -m inkling_workbook silu-mul-fp8 --out "$SMOKE" --quick --jobs 12 --no-progress
-    run smoke_rmsquant $PY -m inkling_workbook rms-norm-quant --out "$SMOKE" --quick --jobs 12 --no-progress
-    run smoke_chain $PY -m inkling_workbook server-chain --quick --no-progress --out "$SMOKE/data/server_chain.csv"
+    want serving || run smoke_serving $PY -m inkling_workbook serving --out "$SMOKE/data/serving.json"
+    want serving || run smoke_steps $PY -m inkling_workbook steps --out "$SMOKE/data/port_steps.csv"
+    want serving || want fp8steps \
+      || run smoke_fp8steps $PY -m inkling_workbook fp8-steps --device cuda --out "$SMOKE/data/fp8_steps.csv"
+    want decode || run smoke_decode $PY -m inkling_workbook decode --out "$SMOKE" --budget-s 5
+    want moe || run smoke_moe $PY -m inkling_workbook moe-layer --out "$SMOKE" --ms 16 --no-progress
+    want silufp8 || run smoke_silufp8 $PY -m inkling_workbook silu-mul-fp8 --out "$SMOKE" --quick --jobs 12 --no-progress
+    want rmsquant || run smoke_rmsquant $PY -m inkling_workbook rms-norm-quant --out "$SMOKE" --quick --jobs 12 \
+      --no-progress
+    want chain || run smoke_chain $PY -m inkling_workbook server-chain --quick --no-progress \
+      --out "$SMOKE/data/server_chain.csv"
     show timing smoke_serving smoke_steps smoke_fp8steps smoke_decode smoke_moe smoke_silufp8 smoke_rmsquant smoke_chain
   fi
   # each part within one call of 585 s: no max-autotune compile starts past its budget (recorded)

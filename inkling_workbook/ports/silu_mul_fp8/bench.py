@@ -16,7 +16,9 @@ Writes, under ``data/`` (``<gpu>`` is ``h200`` on an NVIDIA H200):
 In one process most of its time is building large cases' inputs on the CPU and compiles; on a
 fresh H200 it outlasted 10 minutes. With ``jobs=12`` the check and the steps (91 s) and the
 sweep's port and helion compiles run in worker processes, then the timing alone: 156 s in all
-at 7f31113 (``--quick``: a third of the shapes, no steps).
+at 7f31113. ``--quick`` (the GPU job's smoke) checks
+:func:`~inkling_workbook.ports.silu_mul_fp8.port.gpu_quick_cases` and times a third of the
+shapes, no steps.
 """
 
 from __future__ import annotations
@@ -292,8 +294,9 @@ def run(
 ) -> dict:
     """The whole GPU job, or some of its ``parts``: ``"check"`` portcheck over the cases (writes the
     portcheck record), ``"steps"`` every step's tally over the same cases (into that record; alone,
-    it adds them to the record already there), ``"sweep"`` the timing sweep. ``quick``: no steps,
-    fewer shapes. ``cases``: a list of cases, or their ``MODULE:NAME`` (default: the GPU matrix).
+    it adds them to the record already there), ``"sweep"`` the timing sweep. ``quick``: the
+    smoke-sized matrix (``port.gpu_quick_cases``), no steps, fewer shapes. ``cases``: a list of
+    cases, or their ``MODULE:NAME`` (default: the GPU matrix, or the quick one).
 
     ``jobs`` > 1: the check and the steps run in that many worker processes
     (:func:`portcheck.submit`; ``cases`` must then be a name), and on CUDA the
@@ -308,7 +311,7 @@ def run(
         raise ValueError(f"parts must be a non-empty subset of {PARTS}, got {parts!r}")
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
-    cases_spec = NAMES[2] if cases is None else cases
+    cases_spec = (f"{port_side.__name__}:gpu_quick_cases" if quick else NAMES[2]) if cases is None else cases
     if jobs > 1 and not isinstance(cases_spec, str):
         raise TypeError("jobs > 1 needs cases as a MODULE:NAME string (worker processes rebuild them)")
     device = torch.device(device)

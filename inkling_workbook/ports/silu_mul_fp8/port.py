@@ -276,3 +276,12 @@ def gpu_cases() -> list[portcheck.Case]:
     """Decode to prefill, the MoE widths and an odd one, for ``--device cuda`` (every M picks a
     config the recorded table holds)."""
     return cases((1, 3, 16, 64, 128, 4096), (768, 1536, 3072, 1000))
+
+
+def gpu_quick_cases() -> list[portcheck.Case]:
+    """A smoke-sized GPU matrix (``silu-mul-fp8 --quick``, the GPU job's smoke): M = 1, 16, 128 and
+    512 at N = 768 and 3072, random and NaN/Inf, with the fp16, fp32, 3-D and ties cases
+    :func:`cases` adds (40 cases; the full matrix, 248, runs in the GPU test suite and the
+    publishing run). Its shapes pick every table entry the quick sweep's shapes pick (a test holds
+    the two together), so the check, not only the timing, sees each config the smoke times."""
+    return cases((1, 16, 128, 512), (768, 3072), value_classes=("random", "nan_inf"))
