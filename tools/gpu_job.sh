@@ -71,9 +71,11 @@
 #
 # One call to a lent machine may run at most 10 minutes: run the GPU job as three calls at the
 # same commit, back to back on the warm machine: tests,bitwise (about 520 s);
-# sanitize,notebooks,notebook06 (about 340 s, then notebook 06 alone, about 150 s); smoke (about
-# 460 s: with notebook 06 after it, it overran 585 s on 2026-12-03). Wheels carried in .whl/ (`make wheels`: helion and the Jupyter packages,
-# cp312) are installed first, since such a machine may have no package index; the other projects'
+# sanitize,notebooks,notebook06 (about 340 s, then notebook 06 alone, about 150 s); smoke (460 s
+# on 2026-12-03 when the second port's --quick checked its whole matrix; less since). A publish
+# step goes in a call of its own, or with smoke when both fit: `smoke,rmsquant` runs the third
+# port's command whole in place of its smoke. Wheels carried in .whl/ (`make wheels`: helion and
+# the Jupyter packages, cp312) are installed first, since such a machine may have no package index; the other projects'
 # kernels the anchor tests and benchmarks load travel in .anchors/ (`make anchors`, about 300 kB). A lent machine's
 # copy of the tree may carry a stale .git: pass INKLING_GIT_COMMIT=<commit> so the records and
 # logs name the commit they ran at.
