@@ -28,8 +28,9 @@ for the shape, never autotuned), with a float64 reference and the formula in tor
   Keyed by (hidden_size, num_tokens); the picker (``pick_config``) takes the hidden size nearest
   H, then the smallest tuned num_tokens >= M (4096, the largest, above it). The **first block
   size is the reduction's tile**: the whole row for every entry of hidden 2048 and 4096 except
-  (4096, 4096): 1024, so from 2049 rows at H = 3073..6143 the sum of squares is four tile sums
-  added in order, and its bits are not those of one sum over the row. ``helion_h200_table.json``
+  (4096, 4096): 1024, so from 2049 rows at H = 3073..6143 the sum of squares is ceil(H / 1024)
+  tile sums added in order (four at H = 4096, five at 5120), and its bits are not those of one
+  sum over the row. ``helion_h200_table.json``
   holds the entries for hidden 2048 and 4096.
 
 One backend per process (helion reuses its generated module across devices, as in
