@@ -79,3 +79,48 @@ def test_readme_is_short_and_its_links_resolve():
             assert path.exists(), f"{doc} links to {target}, which does not exist"
             if anchor and path.suffix == ".md":
                 assert anchor in _anchors(path.read_text()), f"{doc} links to {target}#{anchor}: no such heading"
+
+
+def test_the_headline_pairs_by_pdl_state_and_leads_with_the_merged_port(tmp_path):
+    """With the anchors in the record, the headline's first baseline is the seed's merged port
+    (against the port without PDL), and the strongest baseline is the one the port beats by the
+    least, each against the port in its own PDL state: here sglang's PDL kernel, which is slower
+    than the PDL-off baselines in raw time but the closest to its own (PDL) port."""
+    import shutil
+
+    import pandas as pd
+
+    data = tmp_path / "data"
+    shutil.copytree(DATA, data, ignore=shutil.ignore_patterns("logs", "rerun", "*.png"))
+    df = pd.read_csv(data / "bench_h200.csv")
+    extra = []
+    for _, g in df[(df.op == "silu_and_mul") & (df.group == "source")].groupby(["M", "N", "layout", "weighted", "l2"]):
+        port, pdl = g[g.impl == "triton"].iloc[0], g[g.impl == "triton_pdl"].iloc[0]
+        merged = port.copy()
+        merged["impl"], merged["paired_port"], merged["version"] = "sglang_silu_and_mul", "triton", "0.5.23"
+        merged["column"] = "sglang 0.5.23 silu_and_mul (merged port, GB300 heuristic, no PDL)"
+        for k in ("median_us", "lo_us", "hi_us"):
+            merged[k] = port[k] * 1.5  # well behind the port: never the strongest
+        fast = pdl.copy()
+        fast["impl"], fast["paired_port"], fast["version"] = "sglang_silu_and_mul_triton", "triton_pdl", "0.5.23"
+        fast["column"] = "sglang 0.5.23 silu_and_mul_triton (persistent grid, PDL)"
+        for k in ("median_us", "lo_us", "hi_us"):
+            fast[k] = pdl[k] * 0.9  # faster than the port with PDL: the strongest on every shape
+        extra += [merged, fast]
+    others = df.impl != "triton_pdl"
+    df.loc[others, "paired_port"] = df.loc[others, "impl"].map(
+        lambda i: "triton" if i in ("helion_sm90", "helion_fixed", "compile_static", "compile_dynamic_m") else ""
+    )
+    pd.concat([df, pd.DataFrame(extra)]).to_csv(data / "bench_h200.csv", index=False)
+    md = results.headline_markdown(data)
+    silu = [line for line in md.splitlines() if line.startswith("| `silu_and_mul`,")]
+    assert len(silu) == 3 and "vs the seed's merged port (sglang 0.5.23, no PDL)" in md.splitlines()[0]
+    for line in silu:
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip("|"))]  # not the escaped "\|\|"
+        assert cells[3].startswith("1.50x (")  # the merged port: 1.5x the port's time, no PDL on either side
+        assert cells[4] == "sglang 0.5.23 silu_and_mul_triton (persistent grid, PDL)"
+        assert cells[6].startswith("0.90x (**slower**)")  # against the port with PDL, its own pair
+    fused = [line for line in md.splitlines() if line.startswith("| `silu_and_mul_fp8") or "nvfp4_quant` |" in line]
+    assert fused and all("n/a (silu_and_mul only)" in line for line in fused)
+    plain = results.headline_markdown(DATA)  # the record as it is: no anchors in it
+    assert plain.count("| not in this record |") == 3

@@ -270,20 +270,35 @@ def _fp8_targets(fp8: pd.DataFrame, silu: pd.DataFrame | None = None) -> list[di
             "met": bool((share >= 0.97).all()),
         }
     )
-    for base, goal in (("unfused", 1.75), ("torch_compile_static", 2.2)):
-        if base in wide:
-            r = wide[base] / wide["fused"]
-            off = ""
-            if "fused_no_pdl" in wide:
-                r_off = wide[base] / wide["fused_no_pdl"]
-                off = f"; PDL off {r_off.min():.2f}-{r_off.max():.2f}x"
-            rows.append(
-                {
-                    "target": f"FP8 fused at M=49152, every layout and option: >= {goal}x {style.LABELS[base]}",
-                    "measured": f"{r.min():.2f}-{r.max():.2f}x{off}",
-                    "met": bool((r >= goal).all()),
-                }
-            )
+    # like for like: the two-kernel path launches with PDL, as the fused kernel does; torch.compile's
+    # kernels launch without it, so they meet the fused kernel without PDL (where the sweep timed
+    # it), and the strongest compile on each case (the fastest of its modes timed there)
+    if "unfused" in wide:
+        r = wide["unfused"] / wide["fused"]
+        rows.append(
+            {
+                "target": f"FP8 fused at M=49152, every layout and option: >= 1.75x {style.LABELS['unfused']}, "
+                "both with PDL",
+                "measured": f"{r.min():.2f}-{r.max():.2f}x",
+                "met": bool((r >= 1.75).all()),
+            }
+        )
+    comp = [c for c in style.COMPILE_BEST["fp8"] if c in wide]
+    if comp:
+        port = "fused_no_pdl" if "fused_no_pdl" in wide else "fused"
+        r = wide[comp].min(axis=1) / wide[port]
+        modes = " or ".join(
+            style.LABELS[c].removeprefix("torch.compile (").removesuffix(") of the reference") for c in comp
+        )
+        against = "without PDL" if port == "fused_no_pdl" else "as timed"
+        rows.append(
+            {
+                "target": "FP8 fused at M=49152, every layout and option: >= 2.2x the fastest torch.compile of the "
+                f"reference ({modes}), against the fused kernel {against}",
+                "measured": f"{r.min():.2f}-{r.max():.2f}x",
+                "met": bool((r >= 2.2).all()),
+            }
+        )
     masked = fp8[fp8.masked]
     for n in sorted(masked.N.unique()):
         rows += _masked_targets(masked[masked.N == n], int(n))
