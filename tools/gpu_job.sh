@@ -76,7 +76,8 @@
 # step goes in a call of its own, or with smoke when both fit: `smoke,rmsquant` runs the third
 # port's command whole in place of its smoke. Wheels carried in .whl/ (`make wheels`: helion and
 # the Jupyter packages, cp312) are installed first, since such a machine may have no package index; the other projects'
-# kernels the anchor tests and benchmarks load travel in .anchors/ (`make anchors`, about 300 kB). A lent machine's
+# kernels the anchor tests and benchmarks load travel in .anchors/ (`make anchors`, about 300 kB; the
+# job stops with exit 2 when they are missing). A lent machine's
 # copy of the tree may carry a stale .git: pass INKLING_GIT_COMMIT=<commit> so the records and
 # logs name the commit they ran at.
 set -uo pipefail
@@ -154,6 +155,16 @@ off = {k: (pins[k], have[k]) for k in pins if have[k] is None or have[k].split("
 print("stack: as constraints.txt" if not off else f"stack differs from constraints.txt (pinned, here): {off}")
 PYEOF
 GPU=$($PY -c "from inkling_workbook.measure import provenance; print(provenance.device_slug())")
+# the other projects' kernels (sglang, vllm) must have travelled in .anchors/: without them the
+# anchor tests skip and every anchor column of the sweeps is left out, so the job stops here
+$PY - <<'PYEOF' || exit 2
+import sys
+from inkling_workbook.measure import anchors as A
+missing = [f"{d}=={A.ANCHORS[d]['version']}" for d in A.ANCHORS if not A.is_fetched(d)]
+if missing:
+    sys.exit(f"the anchors {', '.join(missing)} are not under .anchors/: run `make anchors` and carry .anchors")
+print("anchors: " + ", ".join(f"{d}=={A.ANCHORS[d]['version']}" for d in A.ANCHORS))
+PYEOF
 START=$SECONDS
 
 # pack: the records and notebooks written so far, into the tarball (rewritten after every phase)
@@ -181,23 +192,26 @@ if want smoke || want bench || want bench_quant || want serving || want fp8steps
       --out "$SMOKE/data/server_chain.csv"
     show timing smoke_serving smoke_steps smoke_fp8steps smoke_decode smoke_moe smoke_silufp8 smoke_rmsquant smoke_chain
   fi
+  # a publish step's records are packed as soon as it ends: a call stopped at its time limit still
+  # returns every step that finished
+  prun() { run "$@"; pack; }
   # each part within one call of 585 s: no max-autotune compile starts past its budget (recorded)
-  want bench && run bench $PY -m inkling_workbook bench --cold-l2 --no-tune --part silu --max-autotune-budget-s 300
-  want bench_quant && run bench_quant $PY -m inkling_workbook bench --cold-l2 --no-tune --part quant \
+  want bench && prun bench $PY -m inkling_workbook bench --cold-l2 --no-tune --part silu --max-autotune-budget-s 300
+  want bench_quant && prun bench_quant $PY -m inkling_workbook bench --cold-l2 --no-tune --part quant \
     --max-autotune-budget-s 380
   if want serving; then
     want smoke || run timing "${PYTEST[@]}" -rs -s -m timing tests
-    run serving $PY -m inkling_workbook serving
-    run steps $PY -m inkling_workbook steps
+    prun serving $PY -m inkling_workbook serving
+    prun steps $PY -m inkling_workbook steps
   fi
-  (want serving || want fp8steps) && run fp8steps $PY -m inkling_workbook fp8-steps --device cuda
-  want nvfp4steps && run nvfp4steps $PY -m inkling_workbook nvfp4-steps --device cuda
-  want decode && run decode $PY -m inkling_workbook decode
-  want moe && run moe $PY -m inkling_workbook moe-layer
+  (want serving || want fp8steps) && prun fp8steps $PY -m inkling_workbook fp8-steps --device cuda
+  want nvfp4steps && prun nvfp4steps $PY -m inkling_workbook nvfp4-steps --device cuda
+  want decode && prun decode $PY -m inkling_workbook decode
+  want moe && prun moe $PY -m inkling_workbook moe-layer
   # the check, the steps and the sweep's compiles in 12 processes, then the timing alone
-  want silufp8 && run silufp8 $PY -m inkling_workbook silu-mul-fp8 --jobs 12 --no-progress
-  want rmsquant && run rmsquant $PY -m inkling_workbook rms-norm-quant --jobs 12 --no-progress
-  want chain && run chain $PY -m inkling_workbook server-chain --no-progress
+  want silufp8 && prun silufp8 $PY -m inkling_workbook silu-mul-fp8 --jobs 12 --no-progress
+  want rmsquant && prun rmsquant $PY -m inkling_workbook rms-norm-quant --jobs 12 --no-progress
+  want chain && prun chain $PY -m inkling_workbook server-chain --no-progress
   show bench bench_quant serving steps fp8steps nvfp4steps decode moe silufp8 rmsquant chain
   pack
 fi
