@@ -72,3 +72,6 @@ def test_the_decode_sweep_runs_end_to_end_on_the_cpu(monkeypatch, tmp_path):
     assert meta["bits_equal_all"] is True and meta["skipped_for_time"] == []
     assert len(rows) == 2 * len(db.IMPLS) - len(meta["anchor_skipped"])  # each anchor a row, or a reason
     assert "| M=5 N=256 interleaved, weights |" in db.summary(rows)
+    # a ratio against our kernel with sglang's config and PDL only on the rows with PDL (like for like)
+    for r in rows:
+        assert (r["vs_sglang_config_pdl"] != "") == bool(r["pdl"]), r["impl"]

@@ -317,8 +317,16 @@ def bench_decode(
                     "median_of_pass_medians_us": round(statistics.median(per_pass), 4),
                     "pass_medians_us": " ".join(f"{p:.4f}" for p in per_pass),
                     "above_empty_pdl_us": round(t.median_us - floor.median_us, 4),
-                    "vs_sglang_config_pdl": round(base.median_us / t.median_us, 4),
-                    "ties_sglang_config_pdl": timing.ties(t.lo_us, t.hi_us, base.lo_us, base.hi_us),
+                    # against our kernel with sglang's config, with PDL: for the rows with PDL only
+                    # (like for like; the rows without PDL pair by ``speedup_fields``)
+                    **(
+                        {
+                            "vs_sglang_config_pdl": round(base.median_us / t.median_us, 4),
+                            "ties_sglang_config_pdl": timing.ties(t.lo_us, t.hi_us, base.lo_us, base.hi_us),
+                        }
+                        if COLUMNS[name].pdl
+                        else {"vs_sglang_config_pdl": "", "ties_sglang_config_pdl": ""}
+                    ),  # fmt: skip
                     **pairing.speedup_fields(COLUMNS, name, timings),
                     "bits_equal_port": equal.get(name, ""),
                     "sm_clock_mhz": clock,
