@@ -75,3 +75,29 @@ def test_the_decode_sweep_runs_end_to_end_on_the_cpu(monkeypatch, tmp_path):
     # a ratio against our kernel with sglang's config and PDL only on the rows with PDL (like for like)
     for r in rows:
         assert (r["vs_sglang_config_pdl"] != "") == bool(r["pdl"]), r["impl"]
+
+
+def test_a_publishing_run_that_skips_shapes_for_time_fails(monkeypatch, tmp_path, capsys):
+    """``decode`` exits 1 when its budget left shapes out (the record says which), unless
+    ``--allow-skips`` (the GPU job's smoke, whose 5-second budget skips on purpose)."""
+    import json
+
+    from inkling_workbook import cli
+    from inkling_workbook.measure import timing
+
+    record = {"bits_equal_all": True, "skipped_for_time": []}
+
+    def fake_run(out, budget_s):
+        path = tmp_path / "decode.json"
+        path.write_text(json.dumps(record))
+        return tmp_path / "decode.csv", path, []
+
+    monkeypatch.setattr(timing, "require_gpu", lambda: None)
+    monkeypatch.setattr(db, "run", fake_run)
+    monkeypatch.setattr(db, "summary", lambda rows: "")
+    assert cli.main(["decode"]) == 0
+    record["skipped_for_time"] = ["M=512 N=3072 gate||up"]
+    assert cli.main(["decode"]) == 1 and "SKIPPED FOR TIME (1)" in capsys.readouterr().out
+    assert cli.main(["decode", "--allow-skips"]) == 0
+    record["bits_equal_all"] = False
+    assert cli.main(["decode", "--allow-skips"]) == 1

@@ -183,13 +183,13 @@ if want smoke || want bench || want bench_quant || want serving || want fp8steps
     want serving || run smoke_steps $PY -m inkling_workbook steps --out "$SMOKE/data/port_steps.csv"
     want serving || want fp8steps \
       || run smoke_fp8steps $PY -m inkling_workbook fp8-steps --device cuda --out "$SMOKE/data/fp8_steps.csv"
-    want decode || run smoke_decode $PY -m inkling_workbook decode --out "$SMOKE" --budget-s 5
+    want decode || run smoke_decode $PY -m inkling_workbook decode --out "$SMOKE" --budget-s 5 --allow-skips
     want moe || run smoke_moe $PY -m inkling_workbook moe-layer --out "$SMOKE" --ms 16 --no-progress
     want silufp8 || run smoke_silufp8 $PY -m inkling_workbook silu-mul-fp8 --out "$SMOKE" --quick --jobs 12 --no-progress
     want rmsquant || run smoke_rmsquant $PY -m inkling_workbook rms-norm-quant --out "$SMOKE" --quick --jobs 12 \
       --no-progress
     want chain || run smoke_chain $PY -m inkling_workbook server-chain --quick --no-progress \
-      --out "$SMOKE/data/server_chain.csv"
+      --allow-skips --out "$SMOKE/data/server_chain.csv"
     show timing smoke_serving smoke_steps smoke_fp8steps smoke_decode smoke_moe smoke_silufp8 smoke_rmsquant smoke_chain
   fi
   # a publish step's records are packed as soon as it ends: a call stopped at its time limit still
