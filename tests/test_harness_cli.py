@@ -344,3 +344,22 @@ def test_sources_digest_names_the_code_on_disk_and_in_a_commit(tmp_path):
     (tmp_path / "inkling_workbook" / "b.py").write_text("")
     assert provenance.sources_digest(root=tmp_path) not in (disk, changed)
     assert provenance.sources_digest(commit="HEAD", root=tmp_path) == disk
+
+
+def test_the_rerun_tolerance_comes_only_from_a_re_measurement_of_the_same_kernel(tmp_path):
+    """The published sweep and its re-measurement (``bench_quick_``) give the *rerun* tolerance
+    only when both records timed the same ``silu_and_mul`` kernel (equal kernel digests); a
+    re-measurement of another kernel, or one that cannot be dated, gives none."""
+    import shutil
+
+    for name in ("bench_h200.csv", "bench_h200.json", "bench_quick_h200.csv", "bench_quick_h200.json"):
+        shutil.copy(DATA / name, tmp_path / name)
+    tol = speedup.rerun_tolerance(tmp_path / "bench_h200.csv")
+    assert set(tol) == {"decode", "mid", "large"} and all(v >= 0 for v in tol.values())
+    quick = json.loads((tmp_path / "bench_quick_h200.json").read_text())
+    prov = quick.get("provenance", quick)
+    prov["kernel_digests"] = {"silu_and_mul": "0" * 16, "nvfp4": "0" * 16, "fp8": "0" * 16}
+    (tmp_path / "bench_quick_h200.json").write_text(json.dumps(quick))
+    assert speedup.rerun_tolerance(tmp_path / "bench_h200.csv") == {}
+    (tmp_path / "bench_quick_h200.json").unlink()
+    assert speedup.rerun_tolerance(tmp_path / "bench_h200.csv") == {}

@@ -24,10 +24,23 @@ def rerun_tolerance(csv_path: str | Path) -> dict[str, float]:
     """Run-to-run reproducibility measured by the publishing job: the quick sweep that notebook 06
     re-times after the full sweep (``bench_quick_<gpu>.csv`` beside ``bench_<gpu>.csv``), as the
     90th percentile of |again / recorded - 1| per size class (decode, mid, large). Empty when
-    there is no re-measurement."""
+    there is no re-measurement, or when it timed another ``silu_and_mul`` kernel than the sweep
+    (their records' kernel digests differ or cannot be dated): a drift between two kernels is not
+    a run-to-run tolerance."""
+    import json
+
+    from inkling_workbook.measure import kernel_digest
+
     csv_path = Path(csv_path)
     again = csv_path.with_name(csv_path.name.replace("bench_", "bench_quick_", 1))
     if not again.exists() or again == csv_path:
+        return {}
+    digests = []
+    for path in (csv_path, again):
+        meta = path.with_suffix(".json")
+        doc = json.loads(meta.read_text()) if meta.exists() else {}
+        digests.append((kernel_digest.record_digests(doc.get("provenance", doc)) or {}).get("silu_and_mul"))
+    if digests[0] is None or digests[0] != digests[1]:
         return {}
     table = rerun_table(pd.read_csv(again), pd.read_csv(csv_path))
     dev = (table.ratio - 1).abs()
