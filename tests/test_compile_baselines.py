@@ -421,3 +421,38 @@ def test_fp8_cases_past_the_budget_lose_their_max_autotune_column():
         assert cb.budget_meta()["max_autotune_skipped_for_budget"] == ["M49152_N3072_nil"]
     finally:
         cb.set_budget(None)
+
+
+def test_nvfp4_columns_are_checked_for_bytes_before_timing(monkeypatch):
+    """``nvfp4_sweep.check_bits`` on one buffer set (the interpreter here): the fused kernel with and
+    without PDL writes the unfused path's bytes, a compile column the eager reference's; a column
+    that writes other bytes is caught."""
+    from inkling_workbook.measure import nvfp4_sweep as S
+
+    M, N = 20, 128
+    counts, eo, bo = S._experts(M)
+    gateup = torch.randn(M, 2 * N).bfloat16()
+    act = torch.empty(M, N, dtype=torch.bfloat16)
+    gs = torch.full((S.NVFP4_EXPERTS,), 60.0)
+    first = {
+        "gateup": gateup, "act": act, "gs": gs, "row_gs": gs.repeat_interleave(counts)[:, None],
+        "out": (torch.empty(M, N // 2, dtype=torch.uint8), torch.empty(int(bo[-1]), (N // 16 + 3) // 4 * 4, dtype=torch.uint8)),
+    }  # fmt: skip
+
+    def off_by_one(g, r):
+        packed, scales = S._nvfp4_fused_ref(g, r)
+        return packed ^ 1, scales
+
+    got = S.check_bits(first, eo, bo, {"compile_static": S._nvfp4_fused_ref, "compile_static_max_autotune": off_by_one})
+    assert got == {"unfused": True, "torch_eager": True, "fused": True, "fused_no_pdl": True,
+                   "compile_static": True, "compile_static_max_autotune": False}  # fmt: skip
+    real = S.silu_and_mul_nvfp4_quant
+
+    def wrong_without_pdl(*a, enable_pdl=True, **k):
+        real(*a, enable_pdl=enable_pdl, **k)
+        if not enable_pdl:
+            k["out"][1][0, 0] ^= 0x10  # one scale byte off
+
+    monkeypatch.setattr(S, "silu_and_mul_nvfp4_quant", wrong_without_pdl)
+    got = S.check_bits(first, eo, bo, {})
+    assert got["fused"] and not got["fused_no_pdl"]

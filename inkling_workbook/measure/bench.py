@@ -561,6 +561,9 @@ def run(out: str | Path, quick: bool = False, cold: bool = False, tune: bool = T
         nv_path = provenance.companion(out, "nvfp4")
         nv = nvfp4_sweep.bench_nvfp4(ceiling, quick=quick, cold=cold, compile_info=info, max_autotune=not quick)
         write_csv(nv, nv_path)
+        # each column's bytes checked before its shape was timed (nvfp4_sweep.check_bits)
+        meta["nvfp4_bits_equal"] = {k: all(r["bits_equal"] for r in nv if r["impl"] == k)
+                                    for k in dict.fromkeys(r["impl"] for r in nv)}  # fmt: skip
         nv_meta = {**meta, **nvfp4_sweep.meta(info), "gpu_state_after": provenance.gpu_state()}
         provenance.write_record(nv_path.with_suffix(".json"), json.dumps(nv_meta, indent=1) + "\n")
         if _has_fp8() and not quick:  # the quick re-measurement checks silu_and_mul and NVFP4 only

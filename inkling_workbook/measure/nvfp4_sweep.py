@@ -98,6 +98,38 @@ def _compile_columns(M: int, N: int, first: dict, info: dict, max_autotune: bool
     return out
 
 
+def check_bits(first: dict, eo, bo, compiled: dict) -> dict[str, bool]:
+    """Before a shape is timed, on its first buffer set: the fused kernel with and without PDL
+    writes the unfused path's bytes (packed values and the whole scale buffer, poisoned before
+    each call), and each torch.compile column returns the bytes of the eager reference it
+    compiles (linear scales). impl -> equal; a row's ``bits_equal`` column."""
+
+    def written(call) -> tuple:
+        for t in first["out"]:
+            t.fill_(0xA5)
+        call()
+        return tuple(t.clone() for t in first["out"])
+
+    def same(a, b) -> bool:
+        return all(x.shape == y.shape and torch.equal(x.view(torch.uint8), y.view(torch.uint8)) for x, y in zip(a, b))
+
+    def unfused():
+        silu_and_mul(first["gateup"], interleaved=False, out=first["act"])
+        nvfp4_quant(first["act"], first["gs"], expert_offsets=eo, blockscale_offsets=bo, out=first["out"],
+                    validate=False)  # fmt: skip
+
+    want = written(unfused)
+    out = {"unfused": True, "torch_eager": True}
+    for name, pdl in (("fused", True), ("fused_no_pdl", False)):
+        got = written(lambda pdl=pdl: silu_and_mul_nvfp4_quant(first["gateup"], first["gs"], eo, bo, out=first["out"],
+                                                               validate=False, enable_pdl=pdl))  # fmt: skip
+        out[name] = same(got, want)
+    ref = _nvfp4_fused_ref(first["gateup"], first["row_gs"])
+    for key, fn in compiled.items():
+        out[key] = same(fn(first["gateup"], first["row_gs"]), ref)
+    return out
+
+
 def bench_nvfp4(ceiling_tbps: float, quick: bool = False, progress: bool = True, cold: bool = False,
                 compile_info: dict | None = None, max_autotune: bool = True) -> list[dict]:  # fmt: skip
     """8 uniform experts; warm L2 on every shape, cold L2 (``cold``) where the rotation is
@@ -119,6 +151,7 @@ def bench_nvfp4(ceiling_tbps: float, quick: bool = False, progress: bool = True,
         first = _buffer_set(M, N, counts, eo, bo)
         info: dict = {}
         compiled = _compile_columns(M, N, first, info, max_autotune)
+        bits = check_bits(first, eo, bo, compiled)
         if compile_info is not None:
             compile_info[f"M={M} N={N}"] = info
         modes = ["warm"] + (["cold"] if cold and timing.cold_feasible(fused_bytes) else [])
@@ -169,6 +202,8 @@ def bench_nvfp4(ceiling_tbps: float, quick: bool = False, progress: bool = True,
                         "fused_floor_us": round(fused_bytes / (ceiling_tbps * 1e6), 3),
                         "sm_clock_mhz": clock,
                         "compile_s": info.get(name, {}).get("compile_s", ""),
+                        # fused: the unfused path's bytes; compile: the eager reference's (check_bits)
+                        "bits_equal": bits.get(name, ""),
                     }
                 )
             del sets, per_set, calls
