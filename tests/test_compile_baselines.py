@@ -434,10 +434,9 @@ def test_nvfp4_columns_are_checked_for_bytes_before_timing(monkeypatch):
     gateup = torch.randn(M, 2 * N).bfloat16()
     act = torch.empty(M, N, dtype=torch.bfloat16)
     gs = torch.full((S.NVFP4_EXPERTS,), 60.0)
-    first = {
-        "gateup": gateup, "act": act, "gs": gs, "row_gs": gs.repeat_interleave(counts)[:, None],
-        "out": (torch.empty(M, N // 2, dtype=torch.uint8), torch.empty(int(bo[-1]), (N // 16 + 3) // 4 * 4, dtype=torch.uint8)),
-    }  # fmt: skip
+    scales = torch.empty(int(bo[-1]), (N // 16 + 3) // 4 * 4, dtype=torch.uint8)
+    out = (torch.empty(M, N // 2, dtype=torch.uint8), scales)
+    first = {"gateup": gateup, "act": act, "gs": gs, "row_gs": gs.repeat_interleave(counts)[:, None], "out": out}
 
     def off_by_one(g, r):
         packed, scales = S._nvfp4_fused_ref(g, r)
