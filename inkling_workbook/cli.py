@@ -65,14 +65,22 @@ def _bench(args) -> int:
     extra = silu + ([] if args.part == "silu" else ["nvfp4"])
     print(f"wrote {', '.join(str(provenance.companion(out, k) if k else out) for k in extra)}")
     print(f"ceiling {meta['ceiling_tbps_used_for_floors']:.3f} TB/s")
+    silu_bits = meta.get("bits_equal_port", {})
+    if silu_bits:
+        print(
+            "silu_and_mul bits against the port, checked before timing: "
+            + ", ".join(f"{k} {'equal' if v else 'DIFFER'}" for k, v in silu_bits.items())
+        )
     bits = meta.get("nvfp4_bits_equal", {})
     if bits:
         print(
             "NVFP4 bytes checked before timing: "
             + ", ".join(f"{k} {'equal' if v else 'DIFFER'}" for k, v in bits.items())
         )
-    # the fused kernel must write the unfused path's bytes; a compile column that does not is recorded, not fatal
-    return 0 if all(bits.get(k, True) for k in ("fused", "fused_no_pdl")) else 1
+    # must hold: the port with PDL and helion write the port's bits, the fused NVFP4 kernel the unfused
+    # path's bytes; torch.compile, eager and the anchors are recorded either way (not fatal)
+    must = [silu_bits.get(k, True) for k in ("triton_pdl", "helion_sm90", "helion_fixed")]
+    return 0 if all(must) and all(bits.get(k, True) for k in ("fused", "fused_no_pdl")) else 1
 
 
 def _serving(args) -> int:

@@ -141,7 +141,11 @@ def _cpu_bench(monkeypatch):
 
     def fake_compile(shape, keys=bench.COMPILE_KEYS, info=None):  # each shape's compile columns, once
         compiled.append((shape.label, tuple(keys)))
-        return {k: (lambda x, w: None, bench.COLUMNS[k].config) for k in keys if k != "compile_static_max_autotune"}
+
+        def ref(x, w, il=shape.interleaved):  # what the compiled reference returns
+            return bench.silu_and_mul_ref(x, w, interleaved=il)
+
+        return {k: (ref, bench.COLUMNS[k].config) for k in keys if k != "compile_static_max_autotune"}
 
     monkeypatch.setattr(bench, "compile_implementations", fake_compile)
     monkeypatch.setattr(bench, "time_calls", _fake_time_calls)
@@ -171,6 +175,9 @@ def test_bench_sweep_with_the_anchors_present(monkeypatch, fetched):
     assert all(r["wheel_sha256"] == m["wheel_sha256"] and r["version"] == "0.5.23" for r in sg)
     assert all(r["paired_port"] == "triton" and r["speedup_of_paired_port"] == round(2.0 / 1.1, 4) for r in sg)
     assert {r["impl"] for r in rows} >= {"triton", "triton_pdl", "helion_fixed", "compile_static", "torch_eager"}
+    # every column's bits against the port, checked before timing: the port with PDL and helion equal
+    assert all(r["bits_equal_port"] is True for r in rows if r["impl"] in ("triton_pdl", "helion_fixed"))
+    assert all(r["bits_equal_port"] in (True, False) for r in rows if r["impl"] != "triton")
     # silu_and_mul_triton: interleaved only, and no PDL without an sm_90 GPU: skipped with its reason
     assert [(s["shape"], s["impl"]) for s in skipped] == [
         ("M=3 N=128 il +w", "sglang_silu_and_mul_triton"), ("M=2 N=256 nil", "sglang_silu_and_mul_triton")
