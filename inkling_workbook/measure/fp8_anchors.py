@@ -49,10 +49,12 @@ FP8_COLUMNS: dict[str, Column] = {
     "quant_no_pdl": Column("quant_no_pdl", "inkling", "", "fp8_group_quant", "bf16 activation in, outputs "
                            "preallocated", False, "port", op="fp8_quant"),
     "sglang_fp8_group_quant": Column("sglang_fp8_group_quant", "sglang", SV, "_per_token_group_quant_8bit_raw",
-                                     "Triton, allocates its outputs", False, "baseline", op="fp8_quant",
+                                     "Triton path, not the kernel sglang calls on CUDA; allocates its "
+                                     "outputs", False, "baseline", op="fp8_quant",
                                      anchor="sglang_fp8_group_quant", dist="sglang"),
     "vllm_fp8_group_quant": Column("vllm_fp8_group_quant", "vllm", VV, "per_token_group_quant_fp8",
-                                   "Triton path, allocates its outputs", False, "baseline", op="fp8_quant",
+                                   "Triton fallback, not the C++ op vLLM runs on CUDA; allocates its "
+                                   "outputs", False, "baseline", op="fp8_quant",
                                    anchor="vllm_fp8_group_quant", dist="vllm"),
     "sglang_silu_and_mul_fp8_masked": Column("sglang_silu_and_mul_fp8_masked", "sglang", SV,
                                              "silu_and_mul_masked_post_quant_fwd",
