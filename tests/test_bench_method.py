@@ -323,6 +323,9 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
             assert r["ceiling_same_passes_tbps"] is None and r["ceiling_same_passes_pass_us"] == ""
             assert r["pass_clock_sampled_min_mhz"] == "" and r["pass_clock_samples"] == ""
     assert not any(r["l2"] == "cold" and r["M"] == 16 for r in rows)
+    # compile on a masked case runs all E x T rows, the port the rows present: no speedup between them
+    comp = [r for r in rows if r["impl"].startswith("torch_compile")]
+    assert all((r["speedup_of_paired_port"] == "") == r["masked"] for r in comp)
     big = [c for c in cases if c["M"] == 49152 and c["masked_m"] is None]
     assert sorted(copies) == sorted((49152 * c["N"], cfgs[c["N"]]["block"]) for c in big)  # one copy a case
     # the copy is timed in the same passes as a case's implementations, never alone
