@@ -421,3 +421,21 @@ def test_masked_row_cost_reads_its_spread_and_names_a_tie():
     assert "repeat: met too (T = 256 1.212x, a tie with the limit; T = 2048 1.054x)" in present["measured"]
     # (8.5 - 4.0) / 3.3 = 1.364x: missed, whatever the spreads
     assert not _target(fp8_figures.fp8_targets(sweep(8.5, 0.05)), "the rows present")["met"]
+
+
+def test_an_fp8_target_met_in_one_run_is_unverified_until_repeated():
+    """The FP8 targets' rule: met only if met in the sweep and in its repeat. Without a repeat a
+    target met once reads "met once, not yet repeated" in the tables, never "yes"."""
+    import pandas as pd
+
+    from inkling_workbook.measure import provenance
+    from inkling_workbook.publish import fp8_figures, tables
+
+    csv = provenance.REPO_ROOT / "data" / "fp8_bench_h200.csv"
+    fp8 = pd.read_csv(csv)
+    alone = fp8_figures.fp8_targets(fp8)
+    both = fp8_figures.fp8_targets(fp8, repeat=fp8_figures.fp8_repeat(csv))
+    assert any(r["met"] for r in alone) and all(r.get("unverified") for r in alone if r["met"])
+    assert not any(r.get("unverified") for r in both)
+    md = tables.targets_markdown_rows(alone)
+    assert "| met once, not yet repeated |" in md and "| yes |" not in md

@@ -209,8 +209,8 @@ def fp8_targets(fp8: pd.DataFrame, silu: pd.DataFrame | None = None, repeat: pd.
     """Issue 12's targets against a recorded FP8 sweep and, if given, its repeat (met only if met
     in both; where the two disagree the repeat's measurement is quoted)."""
     rows = _fp8_targets(fp8, silu)
-    if repeat is None:
-        return [{k: v for k, v in r.items() if k != "short"} for r in rows]
+    if repeat is None:  # one run: a target met there is not yet a result (``unverified`` in the tables)
+        return [{k: v for k, v in r.items() if k != "short"} | ({"unverified": True} if r["met"] else {}) for r in rows]
     again = {r["target"]: r for r in _fp8_targets(repeat, silu)}
     for r in rows:
         rep = again.get(r["target"])

@@ -20,10 +20,12 @@ def _cell(r, base: str) -> str:
 
 
 def targets_markdown_rows(targets: list[dict]) -> str:
-    """Targets as a markdown table; a row whose ``met`` is None is a report, not a target."""
+    """Targets as a markdown table; a row whose ``met`` is None is a report, not a target; one met
+    in a single run whose rule asks for a repeat (``unverified``) says so."""
     lines = ["| target | measured | met |", "|---|---|---|"]
     for r in targets:
         met = "report" if pd.isna(r["met"]) else "yes" if r["met"] else "**no**"
+        met = "met once, not yet repeated" if r.get("unverified") and r["met"] else met
         lines.append(f"| {r['target']} | {r['measured']} | {met} |")
     return "\n".join(lines) + "\n"
 
