@@ -55,6 +55,7 @@ def test_the_pairing_rule():
     assert pairing.pairs(bench.COLUMNS) == {
         **{k: "triton" for k in ("helion_sm90", "helion_fixed", "compile_static", "compile_dynamic_m", "torch_eager")},
         "compile_static_max_autotune": "triton",
+        "compile_static_pdl": "triton_pdl",  # inductor's PDL on: with the port with PDL
         "sglang_silu_and_mul": "triton",
         "sglang_silu_and_mul_triton": "triton_pdl",
     }

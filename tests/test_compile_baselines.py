@@ -182,9 +182,9 @@ def eager_compiles(monkeypatch):
     log, states = [], []
     real = cb.compile_fresh
 
-    def compile_fresh(fn, calls, *, mode="default", dynamic=False, backend="inductor", tag=None):
-        log.append((fn.__name__, mode, dynamic, [tuple(a[0].shape) for a, _ in calls]))
-        return real(fn, calls, mode=mode, dynamic=dynamic, backend="eager", tag=tag)
+    def compile_fresh(fn, calls, *, mode="default", dynamic=False, backend="inductor", tag=None, pdl=False):
+        log.append((fn.__name__, mode + ("+pdl" if pdl else ""), dynamic, [tuple(a[0].shape) for a, _ in calls]))
+        return real(fn, calls, mode=mode, dynamic=dynamic, backend="eager", tag=tag, pdl=pdl)
 
     real_state = cb.new_state
     monkeypatch.setattr(cb, "compile_fresh", compile_fresh)
@@ -214,15 +214,16 @@ def test_silu_compile_columns_fresh_per_shape(monkeypatch, eager_compiles):
         log.clear()
         info: dict = {}
         impls = bench.compile_implementations(shape, info=info)
-        want = ["compile_static", "compile_static_max_autotune", "compile_dynamic_m"]
+        # max-autotune and compile with inductor's PDL on the headline shapes only
+        want = ["compile_static", "compile_static_max_autotune", "compile_static_pdl", "compile_dynamic_m"]
+        modes = [("_ref_for_static_compile", "default"), ("_ref_for_static_compile", "max_autotune"),
+                 ("_ref_for_static_compile", "default+pdl"), ("_ref_for_dynamic_m_compile", "default")]  # fmt: skip
         if shape is other:
-            want.remove("compile_static_max_autotune")
+            want = [want[0], want[3]]
+            modes = [modes[0], modes[3]]
         assert list(impls) == want and list(info) == want  # the static columns first, M-dynamic last
         shape2 = (shape.M, 2 * shape.N)
-        assert [(name, mode) for name, mode, _, _ in log] == [
-            ("_ref_for_static_compile", "default"), ("_ref_for_static_compile", "max_autotune"),
-            ("_ref_for_dynamic_m_compile", "default"),
-        ][: len(want) - 1] + [("_ref_for_dynamic_m_compile", "default")]  # fmt: skip
+        assert [(name, mode) for name, mode, _, _ in log] == modes
         assert log[-1][3] == [(64, 2 * shape.N), shape2]  # compiled at the large M, then at the shape
         assert all(i["graphs"] >= 1 for i in info.values())
         for key, (fn, config) in impls.items():
@@ -364,7 +365,11 @@ def test_max_autotune_budget_skips_and_records(monkeypatch, eager_compiles):
     shape = bench.Shape(6, 1024, True, False, "source")
     try:
         cb.set_budget(0.0)
-        assert list(bench.compile_implementations(shape)) == ["compile_static", "compile_dynamic_m"]
+        assert list(bench.compile_implementations(shape)) == [
+            "compile_static",
+            "compile_static_pdl",
+            "compile_dynamic_m",
+        ]
         assert cb.budget_meta() == {"max_autotune_budget_s": 0.0, "max_autotune_skipped_for_budget": [shape.label]}
         assert cb.record_meta({})["max_autotune_skipped_for_budget"] == [shape.label]
     finally:
@@ -394,16 +399,19 @@ def test_silu_sweep_rows_carry_the_compile_columns(monkeypatch, eager_compiles):
     rows = bench.bench_silu(shapes, cold=False, ceiling_tbps=4.0, progress=False, compile_info=info)
     comp = [r for r in rows if r["impl"].startswith("compile_")]
     assert [(r["M"], r["impl"]) for r in comp] == [
-        (6, "compile_static"), (6, "compile_static_max_autotune"), (6, "compile_dynamic_m"),
+        (6, "compile_static"), (6, "compile_static_max_autotune"), (6, "compile_static_pdl"), (6, "compile_dynamic_m"),
         (2, "compile_static"), (2, "compile_dynamic_m"),
     ]  # fmt: skip
-    assert len(states) == 2 and len(log) == 5 and list(info) == [s.label for s in shapes]
+    assert len(states) == 2 and len(log) == 6 and list(info) == [s.label for s in shapes]
     for r in comp:
         assert r["compile_s"] == info[f"M={r['M']} N={r['N']} {r['layout']}"][r["impl"]]["compile_s"] >= 0
-        assert r["paired_port"] == "triton" and r["speedup_of_paired_port"] == round(2.0 / 1.1, 4)
+        if r["impl"] == "compile_static_pdl":  # inductor's PDL on: paired with the port with PDL (1.0 us)
+            assert r["paired_port"] == "triton_pdl" and r["speedup_of_paired_port"] == 2.0 and r["pdl"]
+        else:
+            assert r["paired_port"] == "triton" and r["speedup_of_paired_port"] == round(2.0 / 1.1, 4)
         assert r["column"] == bench.COLUMNS[r["impl"]].label
     quick = bench.bench_silu(shapes[:1], cold=False, ceiling_tbps=4.0, progress=False, max_autotune=False)
-    assert "compile_static_max_autotune" not in {r["impl"] for r in quick}
+    assert not {"compile_static_max_autotune", "compile_static_pdl"} & {r["impl"] for r in quick}
 
 
 def test_fp8_cases_past_the_budget_lose_their_max_autotune_column():
@@ -455,3 +463,30 @@ def test_nvfp4_columns_are_checked_for_bytes_before_timing(monkeypatch):
     monkeypatch.setattr(S, "silu_and_mul_nvfp4_quant", wrong_without_pdl)
     got = S.check_bits(first, eo, bo, {})
     assert got["fused"] and not got["fused_no_pdl"]
+
+
+def test_compile_with_inductors_pdl_sets_it_only_while_compiling(monkeypatch):
+    """``compile_fresh(pdl=True)``: inductor's ``triton.enable_pdl`` is on while the column's code
+    is generated (read at code generation) and back to its default after; a torch without the
+    setting is refused by name."""
+    import torch._inductor.config as ic
+
+    seen = []
+
+    def tiny(x):
+        seen.append(ic.triton.enable_pdl)
+        return x * 2
+
+    before = ic.triton.enable_pdl
+    c = cb.compile_fresh(tiny, [((torch.randn(4),), ())], backend="eager", pdl=True)
+    assert (
+        seen
+        and all(seen)
+        and ic.triton.enable_pdl == before
+        and torch.equal(c.fn(torch.ones(4)), torch.full((4,), 2.0))
+    )
+
+    assert cb.inductor_has_pdl()
+    monkeypatch.setattr(cb, "inductor_has_pdl", lambda: False)  # a torch whose inductor has no PDL setting
+    with pytest.raises(RuntimeError, match="enable_pdl"):
+        cb.compile_fresh(tiny, [((torch.randn(4),), ())], backend="eager", pdl=True)

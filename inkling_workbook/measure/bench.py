@@ -143,6 +143,8 @@ def compile_implementations(shape: Shape, keys=COMPILE_KEYS, info: dict | None =
         _shape_key(shape) not in MAX_AUTOTUNE_SHAPES or not compile_baselines.max_autotune_allowed(shape.label)
     ):
         keys = [k for k in keys if k != "compile_static_max_autotune"]
+    if _shape_key(shape) not in MAX_AUTOTUNE_SHAPES:  # torch.compile with PDL: the headline shapes only
+        keys = [k for k in keys if k != "compile_static_pdl"]
     if not keys:
         return {}
     compile_baselines.new_state()
@@ -153,6 +155,9 @@ def compile_implementations(shape: Shape, keys=COMPILE_KEYS, info: dict | None =
     if "compile_static_max_autotune" in keys:
         c = compile_baselines.compile_fresh(_ref_for_static_compile, [((x, w, il), ())], mode="max_autotune")
         out["compile_static_max_autotune"] = (lambda x, w, f=c.fn: f(x, w, il), c)
+    if "compile_static_pdl" in keys:
+        c = compile_baselines.compile_fresh(_ref_for_static_compile, [((x, w, il), ())], pdl=True)
+        out["compile_static_pdl"] = (lambda x, w, f=c.fn: f(x, w, il), c)
     # last: its first calls mark the tensors they are given dynamic, and the timed calls mark the
     # sweep's buffers (the static columns are warmed up and captured before, in dict order)
     if "compile_dynamic_m" in keys:
@@ -192,6 +197,8 @@ IMPLS = {
     "M = 8192 (one graph per N, layout, weights, as a server compiles it)",
     "compile_static_max_autotune": "torch.compile(dynamic=False, mode='max-autotune-no-cudagraphs') of "
     "silu_and_mul_ref, compiled fresh per shape; on MAX_AUTOTUNE_SHAPES only",
+    "compile_static_pdl": "torch.compile(dynamic=False) of silu_and_mul_ref with inductor's triton.enable_pdl on, "
+    "compiled fresh per shape; on MAX_AUTOTUNE_SHAPES only (paired with the port with PDL)",
     "torch_eager": "torch eager silu_and_mul_ref (fp32 math, several kernels)",
 }
 BASELINES = ("helion_sm90", "helion_fixed", *pairing.SILU_COMPILE_COLUMNS, "torch_eager")
@@ -209,7 +216,8 @@ def _torch_version() -> str:
 _PORT = "the port, launch_config heuristic"
 #: helion 1.4.0's Triton backend has no PDL launch (its PDL is in the CuTe matmul path), so the
 #: helion columns run without PDL as helion launches them; the torch.compile columns run
-#: inductor's default, PDL off (:data:`pairing.INDUCTOR_PDL`)
+#: inductor's default, PDL off (:data:`pairing.INDUCTOR_PDL`), but ``compile_static_pdl``, compiled
+#: with inductor's PDL on and paired with the port with PDL
 COLUMNS: dict[str, Column] = {
     "triton": Column("triton", "inkling", "", "silu_and_mul", _PORT, False, "port"),
     "triton_pdl": Column("triton_pdl", "inkling", "", "silu_and_mul", _PORT, True, "port"),
@@ -284,7 +292,12 @@ def implementations(
         lambda x, w: helion_original.silu_and_mul_helion(x, w, interleaved=il, config="fixed"),
         helion_original.config_label("fixed"),
     )
-    impls.update(compile_implementations(shape, [k for k in COMPILE_KEYS if keys is None or k in keys], compile_info))
+    compile_keys = [k for k in COMPILE_KEYS if keys is None or k in keys]
+    if "compile_static_pdl" in compile_keys and not compile_baselines.inductor_has_pdl():
+        compile_keys.remove("compile_static_pdl")
+        if skipped is not None and _shape_key(shape) in MAX_AUTOTUNE_SHAPES:
+            skipped["compile_static_pdl"] = f"torch {torch.__version__}: inductor has no triton.enable_pdl"
+    impls.update(compile_implementations(shape, compile_keys, compile_info))
     impls["torch_eager"] = (lambda x, w: silu_and_mul_ref(x, w, interleaved=il), "eager, fp32 math")
     impls.update(anchor_implementations(shape, COLUMNS, skipped=skipped))
     return impls
@@ -347,7 +360,7 @@ def bench_silu(
         passes = DECODE_PASSES if shape.M <= DECODE_MAX_M else OTHER_PASSES
         skip: dict[str, str] = {}
         keys = [k for k in COMPILE_KEYS if (not impl_filter or k in impl_filter)
-                and (max_autotune or k != "compile_static_max_autotune")]  # fmt: skip
+                and (max_autotune or k not in ("compile_static_max_autotune", "compile_static_pdl"))]  # fmt: skip
         info: dict = {}
         impls = {k: v for k, v in implementations(shape, skip, keys, info).items()
                  if not impl_filter or k in impl_filter}  # fmt: skip

@@ -126,6 +126,13 @@ def _read_best_configs(root: str) -> list[dict]:
     return out
 
 
+def inductor_has_pdl() -> bool:
+    """Whether this torch's inductor can generate PDL launches (``triton.enable_pdl``)."""
+    import torch._inductor.config as inductor_config
+
+    return hasattr(inductor_config.triton, "enable_pdl")
+
+
 def compile_fresh(
     fn: Callable,
     calls: Sequence[tuple[tuple, Sequence[int]]],
@@ -134,6 +141,7 @@ def compile_fresh(
     dynamic: bool | None = False,
     backend: str = "inductor",
     tag: str | None = None,
+    pdl: bool = False,
 ) -> Compiled:
     """``torch.compile(fn)`` in ``mode`` (a key of :data:`MODES`), compiled afresh: a copy of
     ``fn`` under its own code object (``tag``, default the mode), a new compile object, and its
@@ -141,7 +149,11 @@ def compile_fresh(
     each ``(args, dims to mark dynamic on args[0])`` (e.g. the compile size of an M-dynamic graph,
     then the timed shape), so whatever is compiled or autotuned for the timed shape is made here.
     Call :func:`new_state` once per shape before. ``backend``: "inductor" (the sweeps); the tests
-    use "eager" to count graphs fast on the CPU."""
+    use "eager" to count graphs fast on the CPU. ``pdl``: inductor generates its kernels with PDL
+    (``torch._inductor.config.triton.enable_pdl``, read when it generates them; a torch without
+    the setting raises ``RuntimeError``)."""
+    import contextlib
+
     import torch
     from torch._dynamo.utils import counters
     from torch._inductor.utils import fresh_cache
@@ -149,10 +161,18 @@ def compile_fresh(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
     opts = {"mode": MODES[mode]} if backend == "inductor" else {}
-    compiled = torch.compile(own_code(fn, tag or mode), dynamic=dynamic, backend=backend, **opts)
+    setting = contextlib.nullcontext()
+    if pdl:
+        import torch._inductor.config as inductor_config
+
+        if not inductor_has_pdl():
+            raise RuntimeError(f"torch {torch.__version__} has no torch._inductor.config.triton.enable_pdl")
+        setting = inductor_config.patch({"triton.enable_pdl": True})
+    compiled = torch.compile(own_code(fn, tag or (mode + ("_pdl" if pdl else ""))), dynamic=dynamic, backend=backend,
+                             **opts)  # fmt: skip
     graphs0 = counters["stats"]["unique_graphs"]
     t0 = time.perf_counter()
-    with fresh_cache(delete=False):  # the loaded kernels outlive the context; their files stay
+    with setting, fresh_cache(delete=False):  # the loaded kernels outlive the context; their files stay
         cache_dir = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")  # the new empty one fresh_cache set
         for args, dims in calls:
             for d in dims:

@@ -154,18 +154,23 @@ SILU_ANCHOR_COLUMNS = {
 # ---- the torch.compile columns: default and max-autotune, each compiled fresh per shape ---------
 
 #: inductor can generate PDL (``torch._inductor.config.triton.enable_pdl``, off by default); the
-#: torch.compile columns run its default, so they pair with the port without PDL
+#: torch.compile columns run its default, so they pair with the port without PDL; the ``_pdl``
+#: column compiles with it on and pairs with the port with PDL
 INDUCTOR_PDL = "inductor default: triton.enable_pdl off"
+INDUCTOR_PDL_ON = "inductor triton.enable_pdl on"
 
 
-def compile_column(key: str, function: str, mode: str, shape_words: str, op: str = "silu_and_mul") -> Column:
+def compile_column(key: str, function: str, mode: str, shape_words: str, op: str = "silu_and_mul",
+                   pdl: bool = False) -> Column:  # fmt: skip
     """A torch.compile baseline column: torch's version, ``torch.compile of <function>``, and its
     configuration: ``shape_words`` (dynamic=False, M dynamic...), the mode and what fresh means
-    (:func:`compile_baselines.mode_config`), inductor's PDL default; no PDL."""
+    (:func:`compile_baselines.mode_config`), inductor's PDL setting (``pdl``: on, paired with the
+    port with PDL; else inductor's default, off)."""
     from inkling_workbook.measure.compile_baselines import mode_config
 
     return Column(key, "torch", torch.__version__.split("+")[0], f"torch.compile of {function}",
-                  f"{shape_words}, {mode_config(mode)}, {INDUCTOR_PDL}", False, "baseline", op=op)  # fmt: skip
+                  f"{shape_words}, {mode_config(mode)}, {INDUCTOR_PDL_ON if pdl else INDUCTOR_PDL}", pdl,
+                  "baseline", op=op)  # fmt: skip
 
 
 #: the silu_and_mul sweep's compile columns (``bench``)
@@ -175,6 +180,9 @@ SILU_COMPILE_COLUMNS = {
                                         "M dynamic, compiled at M=8192, then called at the shape"),
     "compile_static_max_autotune": compile_column("compile_static_max_autotune", "silu_and_mul_ref", "max_autotune",
                                                   "dynamic=False"),
+    # on the headline shapes only (bench.MAX_AUTOTUNE_SHAPES): paired with the port with PDL
+    "compile_static_pdl": compile_column("compile_static_pdl", "silu_and_mul_ref", "default", "dynamic=False",
+                                         pdl=True),
 }  # fmt: skip
 #: the NVFP4 sweep's (the fused op's torch reference, linear scales)
 NVFP4_COMPILE_COLUMNS = {

@@ -41,6 +41,7 @@ LABELS = {
     "compile_static": "torch.compile (dynamic=False)",
     "compile_dynamic_m": "torch.compile (M dynamic)",
     "compile_static_max_autotune": "torch.compile (dynamic=False, max-autotune-no-cudagraphs)",
+    "compile_static_pdl": "torch.compile (dynamic=False, inductor PDL on)",
     "torch_eager": "torch eager",
     "helion_best": "helion 1.4, the faster of its two configs on each shape",
     "compile_best": "torch.compile, the fastest of static, M-dynamic and max-autotune (where timed) on each shape "
