@@ -490,3 +490,21 @@ def test_compile_with_inductors_pdl_sets_it_only_while_compiling(monkeypatch):
     monkeypatch.setattr(cb, "inductor_has_pdl", lambda: False)  # a torch whose inductor has no PDL setting
     with pytest.raises(RuntimeError, match="enable_pdl"):
         cb.compile_fresh(tiny, [((torch.randn(4),), ())], backend="eager", pdl=True)
+
+
+@pytest.mark.parametrize("port", ["silu_mul_fp8", "rms_norm_quant"])
+def test_the_ports_sweeps_compile_fresh_per_shape(port, eager_compiles):
+    """The second and third ports' torch.compile column: compiled fresh for each shape (a new
+    dynamo state and compile object, its first call inside empty caches), shared by the same
+    shape's warm and cold timings, never carried to the next shape."""
+    import importlib
+
+    B = importlib.import_module(f"inkling_workbook.ports.{port}.bench")
+    log, states = eager_compiles
+    B._compiled.clear()
+    x = torch.randn(4, 64).bfloat16()
+    args = (x, torch.tensor([0.5])) if port == "silu_mul_fp8" else (x, torch.randn(64).bfloat16(), None, None)
+    first = B.compiled_formula((4, 32), args)
+    assert B.compiled_formula((4, 32), args) is first and len(states) == 1 and len(log) == 1
+    assert log[0][0] == "formula" and log[0][3] == [(4, 64)]  # its first call at the shape, in the fresh cache
+    assert B.compiled_formula((8, 32), args) is not first and len(states) == 2 and len(log) == 2

@@ -270,7 +270,7 @@ def test_the_gpu_script_runs_end_to_end_on_the_cpu(monkeypatch, tmp_path):
 
     monkeypatch.setattr(timing, "time_calls", _fake_time_calls)
     monkeypatch.setattr(provenance, "gpu_state", lambda: {})
-    monkeypatch.setattr(B, "compiled_formula", lambda: H.formula)
+    monkeypatch.setattr(B, "compiled_formula", lambda *a: H.formula)
     cases = [next(c for c in P.cpu_cases() if c.name == "1x384 bfloat16 random seed=0"), P.sum_order_case(3200)]
     with pytest.raises(ValueError, match="parts"):
         B.run(tmp_path, device="cpu", cases=cases, parts=("timing",))

@@ -211,7 +211,7 @@ def test_the_gpu_script_runs_end_to_end_on_the_cpu(monkeypatch, tmp_path):
 
     monkeypatch.setattr(timing, "time_calls", _fake_time_calls)
     monkeypatch.setattr(provenance, "gpu_state", lambda: {})
-    monkeypatch.setattr(B, "compiled_formula", lambda: H.formula)
+    monkeypatch.setattr(B, "compiled_formula", lambda *a: H.formula)
     cases = [c for c in P.cpu_cases() if "result_ties" in c.name or c.name.startswith("1x768 bfloat16 random contig")]
     doc = B.run(tmp_path, device="cpu", cases=cases, shapes=[(1, 384), (3, 200)], progress=False)
     assert doc["ok"] and doc["tally"] == "3/3 cases equal and deterministic"
@@ -293,7 +293,7 @@ def test_the_gpu_script_runs_in_parts(monkeypatch, tmp_path):
 
     monkeypatch.setattr(timing, "time_calls", _fake_time_calls)
     monkeypatch.setattr(provenance, "gpu_state", lambda: {})
-    monkeypatch.setattr(B, "compiled_formula", lambda: H.formula)
+    monkeypatch.setattr(B, "compiled_formula", lambda *a: H.formula)
     cases = [c for c in P.cpu_cases() if "result_ties" in c.name][:1]
     with pytest.raises(ValueError, match="parts"):
         B.run(tmp_path, device="cpu", cases=cases, parts=("timing",))
