@@ -230,6 +230,10 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
     monkeypatch.setattr(fp8_cases, "fp8_impls", fake_impls)
     monkeypatch.setattr(fp8_cases, "fresh_compile", lambda: fresh.append(1) or contextlib.nullcontext())
     monkeypatch.setattr(fp8_cases, "check_fused_equals_unfused", lambda case, impls: checked.append(case["name"]))
+    def compile_bits(case, impls):  # compile's bits against the fused op's: recorded per row, 2-D cases only
+        return {} if case["masked_m"] is not None else {n: True for n in fp8_cases.COMPILE_IMPLS if n in impls}
+
+    monkeypatch.setattr(fp8_cases, "compile_bits_equal_fused", compile_bits)
     states = []
     monkeypatch.setattr(fp8_cases, "new_compile_state", lambda: states.append(len(fresh)))
     copies = []
@@ -326,6 +330,8 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
     # compile on a masked case runs all E x T rows, the port the rows present: no speedup between them
     comp = [r for r in rows if r["impl"].startswith("torch_compile")]
     assert all((r["speedup_of_paired_port"] == "") == r["masked"] for r in comp)
+    assert all(r["compile_bits_equal_fused"] == ("" if r["masked"] else True) for r in comp)
+    assert all(r["compile_bits_equal_fused"] == "" for r in rows if not r["impl"].startswith("torch_compile"))
     big = [c for c in cases if c["M"] == 49152 and c["masked_m"] is None]
     assert sorted(copies) == sorted((49152 * c["N"], cfgs[c["N"]]["block"]) for c in big)  # one copy a case
     # the copy is timed in the same passes as a case's implementations, never alone

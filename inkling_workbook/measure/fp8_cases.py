@@ -278,6 +278,27 @@ def present_rows(case: dict, *tensors):
     return tuple(t[present] for t in tensors)
 
 
+COMPILE_IMPLS = ("torch_compile_static", "torch_compile_static_max_autotune")
+
+
+def compile_bits_equal_fused(case: dict, impls: dict) -> dict[str, bool]:
+    """Each torch.compile column of a 2-D case against the fused op, once, before timing: the same
+    e4m3 codes and scales (recorded, not required: inductor may order the reference's arithmetic
+    its own way). Empty for a masked case (compile returns all E x T rows, flattened)."""
+    if case["masked_m"] is not None:
+        return {}
+    from inkling_kernels.reference import bits_equal
+
+    fq, fs = impls["fused"][0]()
+    fq, fs = fq.clone(), fs.clone()
+    out = {}
+    for name in COMPILE_IMPLS:
+        if name in impls:
+            cq, cs = impls[name][0]()
+            out[name] = cq.shape == fq.shape and bits_equal(cq, fq) and cs.shape == fs.shape and bits_equal(cs, fs)
+    return out
+
+
 def check_fused_equals_unfused(case: dict, impls: dict) -> None:
     """Run the fused op and the unfused pair of a case once and require the same bits (e4m3 codes
     and scales) on the rows present. The benchmark calls it before timing a case."""

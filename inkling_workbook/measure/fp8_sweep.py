@@ -179,6 +179,7 @@ def bench_fp8(
                                 torch.cuda.synchronize()
                         compile_s[name] = round(time.perf_counter() - t0, 2)
             fp8_cases.check_fused_equals_unfused(case, first)  # outputs checked before they are timed
+            compile_bits = fp8_cases.compile_bits_equal_fused(case, first)  # recorded, not required
             checks = fp8_anchors.check_anchors(
                 case, first, fp8_cases.present_rows
             )  # the anchors: within their bounds, not bits
@@ -241,6 +242,7 @@ def bench_fp8(
                         "config": FP8_IMPLS.get(name) or fp8_anchors.FP8_ANCHOR_IMPLS[name],
                         **fp8_anchors.row_fields(name, checks),
                         **_speedup_fields(case, name, timings),
+                        "compile_bits_equal_fused": compile_bits.get(name, ""),
                         "l2": mode,
                         "buffer_sets": nsets,
                         **t.columns(nbytes, 4),
