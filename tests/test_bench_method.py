@@ -230,6 +230,7 @@ def test_fp8_sweep_rows_without_a_gpu(monkeypatch):
     monkeypatch.setattr(fp8_cases, "fp8_impls", fake_impls)
     monkeypatch.setattr(fp8_cases, "fresh_compile", lambda: fresh.append(1) or contextlib.nullcontext())
     monkeypatch.setattr(fp8_cases, "check_fused_equals_unfused", lambda case, impls: checked.append(case["name"]))
+
     def compile_bits(case, impls):  # compile's bits against the fused op's: recorded per row, 2-D cases only
         return {} if case["masked_m"] is not None else {n: True for n in fp8_cases.COMPILE_IMPLS if n in impls}
 
