@@ -446,3 +446,24 @@ def test_an_fp8_target_met_in_one_run_is_unverified_until_repeated():
     assert not any(r.get("unverified") for r in both)
     md = tables.targets_markdown_rows(alone)
     assert "| met once, not yet repeated |" in md and "| yes |" not in md
+
+
+def test_fp8_compile_bits_compare_column_major_scales_as_the_op_lays_them():
+    """``compile_bits_equal_fused``: the compiled reference returns column-major scales as a
+    contiguous ``[G, M]`` tensor, the op a ``[M, G]`` view of its buffer; the same values compare
+    equal, another value does not, and a masked case is not compared."""
+    import torch
+
+    from inkling_workbook.measure import fp8_cases
+
+    q = torch.randint(0, 255, (8, 256), dtype=torch.uint8).view(torch.float8_e4m3fn)
+    s = torch.rand(2, 8)  # [G, M]: the reference's
+    fused = {"fused": (lambda: (q, s.t()), 0)}  # [M, G] view, as the op returns it
+    case = {"masked_m": None, "column_major_scales": True}
+    same = {**fused, "torch_compile_static": (lambda: (q.clone(), s.clone()), 0)}
+    assert fp8_cases.compile_bits_equal_fused(case, same) == {"torch_compile_static": True}
+    other = s.clone()
+    other[1, 3] += 1.0
+    off = {**fused, "torch_compile_static": (lambda: (q.clone(), other), 0)}
+    assert fp8_cases.compile_bits_equal_fused(case, off) == {"torch_compile_static": False}
+    assert fp8_cases.compile_bits_equal_fused({**case, "masked_m": [1, 2]}, same) == {}

@@ -73,8 +73,9 @@
 # same commit, back to back on the warm machine: tests,bitwise (about 520 s);
 # sanitize,notebooks,notebook06 (about 340 s, then notebook 06 alone, about 150 s); smoke (460 s
 # on 2026-12-03 when the second port's --quick checked its whole matrix; less since). A publish
-# step goes in a call of its own, or with smoke when both fit: `smoke,rmsquant` runs the third
-# port's command whole in place of its smoke. Wheels carried in .whl/ (`make wheels`: helion and
+# step goes in a call of its own (a call cut at its limit loses the step it was in): `smoke,X`
+# runs X's command whole in place of its smoke, but only where both fit one call (smoke with the
+# full third port does not: about 300 + 300-400 s). Wheels carried in .whl/ (`make wheels`: helion and
 # the Jupyter packages, cp312) are installed first, since such a machine may have no package index; the other projects'
 # kernels the anchor tests and benchmarks load travel in .anchors/ (`make anchors`, about 300 kB; the
 # job stops with exit 2 when they are missing). A lent machine's

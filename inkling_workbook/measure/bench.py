@@ -143,8 +143,8 @@ def compile_implementations(shape: Shape, keys=COMPILE_KEYS, info: dict | None =
         _shape_key(shape) not in MAX_AUTOTUNE_SHAPES or not compile_baselines.max_autotune_allowed(shape.label)
     ):
         keys = [k for k in keys if k != "compile_static_max_autotune"]
-    if _shape_key(shape) not in MAX_AUTOTUNE_SHAPES:  # torch.compile with PDL: the headline shapes only
-        keys = [k for k in keys if k != "compile_static_pdl"]
+    if _shape_key(shape) not in MAX_AUTOTUNE_SHAPES or compile_baselines.past_budget():
+        keys = [k for k in keys if k != "compile_static_pdl"]  # torch.compile with PDL: the headline shapes only
     if not keys:
         return {}
     compile_baselines.new_state()
@@ -261,7 +261,10 @@ def check_anchor_bits(shape: Shape, impls: dict, x, w) -> dict[str, bool]:
     out = {}
     for key in impls:
         if key != "triton":
-            got = impls[key][0](x, w)
+            # on copies: the M-dynamic column marks the tensors it is given dynamic, and a static
+            # column later given a marked buffer would compile again (an M-dynamic graph, outside
+            # its fresh cache, and without the settings it was compiled under)
+            got = impls[key][0](x.clone(), None if w is None else w.clone())
             out[key] = got.shape == want.shape and torch.equal(got.view(torch.int16), want.view(torch.int16))
     return out
 
@@ -295,8 +298,10 @@ def implementations(
     compile_keys = [k for k in COMPILE_KEYS if keys is None or k in keys]
     if "compile_static_pdl" in compile_keys and not compile_baselines.inductor_has_pdl():
         compile_keys.remove("compile_static_pdl")
-        if skipped is not None and _shape_key(shape) in MAX_AUTOTUNE_SHAPES:
-            skipped["compile_static_pdl"] = f"torch {torch.__version__}: inductor has no triton.enable_pdl"
+        if compile_info is not None and _shape_key(shape) in MAX_AUTOTUNE_SHAPES:
+            compile_info["compile_static_pdl"] = {
+                "skipped": f"torch {torch.__version__}: inductor has no triton.enable_pdl"
+            }
     impls.update(compile_implementations(shape, compile_keys, compile_info))
     impls["torch_eager"] = (lambda x, w: silu_and_mul_ref(x, w, interleaved=il), "eager, fp32 math")
     impls.update(anchor_implementations(shape, COLUMNS, skipped=skipped))

@@ -87,10 +87,11 @@ class Compiled:
     graphs: int  # graphs dynamo compiled for it (counters["stats"]["unique_graphs"])
     cache_dir: str
     best_configs: list[dict] = field(default_factory=list)
+    pdl: bool = False  # compiled with inductor's triton.enable_pdl on
 
     def summary(self) -> dict:
         """What a record keeps of it."""
-        return {"mode": MODES[self.mode], "compile_s": round(self.seconds, 2), "graphs": self.graphs,
+        return {"mode": MODES[self.mode], "pdl": self.pdl, "compile_s": round(self.seconds, 2), "graphs": self.graphs,
                 "best_configs": self.best_configs}  # fmt: skip
 
 
@@ -182,7 +183,7 @@ def compile_fresh(
             torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     return Compiled(compiled, mode, seconds, counters["stats"]["unique_graphs"] - graphs0, cache_dir,
-                    _read_best_configs(cache_dir) if cache_dir else [])  # fmt: skip
+                    _read_best_configs(cache_dir) if cache_dir else [], pdl)  # fmt: skip
 
 
 #: the process's deadline for starting a max-autotune compile (:func:`set_budget`) and the
@@ -195,6 +196,11 @@ def set_budget(seconds: float | None) -> None:
     job's calls are limited, and a sweep cut at its limit writes nothing. Each shape skipped is
     recorded (:func:`budget_meta`)."""
     _BUDGET.update(deadline=None if seconds is None else time.monotonic() + seconds, seconds=seconds, skipped=[])
+
+
+def past_budget() -> bool:
+    """Whether the deadline :func:`set_budget` set has passed (nothing recorded)."""
+    return _BUDGET["deadline"] is not None and time.monotonic() > _BUDGET["deadline"]
 
 
 def max_autotune_allowed(label: str) -> bool:
