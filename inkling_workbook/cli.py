@@ -127,13 +127,17 @@ def _steps(args) -> int:
     return 0
 
 
-def _fp8_steps(args) -> int:
-    from inkling_workbook.fp8_steps import checks as step_checks
+def _step_ladder(args, module: str, command: str) -> int:
+    """A fused kernel's step ladder (``inkling_workbook.<module>.checks``) on a CUDA GPU: each step
+    checked bitwise against the package, then timed; exits 1 on a mismatch."""
+    import importlib
+
     from inkling_workbook.measure import timing
 
+    step_checks = importlib.import_module(f"inkling_workbook.{module}.checks")
     device = torch.device(args.device)
     if device.type != "cuda":
-        raise SystemExit("fp8-steps times the kernels: it needs --device cuda (a CUDA GPU)")
+        raise SystemExit(f"{command} times the kernels: it needs --device cuda (a CUDA GPU)")
     timing.require_gpu()
     out = Path(args.out) if args.out else None
     csv_path, meta_path = step_checks.measure_steps(out, device)
@@ -141,22 +145,14 @@ def _fp8_steps(args) -> int:
     print(json.dumps(meta["bitwise"]["summary"], indent=1))
     print(f"wrote {csv_path} and {meta_path}")
     return 0 if meta["bitwise"]["all_ok"] else 1
+
+
+def _fp8_steps(args) -> int:
+    return _step_ladder(args, "fp8_steps", "fp8-steps")
 
 
 def _nvfp4_steps(args) -> int:
-    from inkling_workbook.measure import timing
-    from inkling_workbook.nvfp4_steps import checks as step_checks
-
-    device = torch.device(args.device)
-    if device.type != "cuda":
-        raise SystemExit("nvfp4-steps times the kernels: it needs --device cuda (a CUDA GPU)")
-    timing.require_gpu()
-    out = Path(args.out) if args.out else None
-    csv_path, meta_path = step_checks.measure_steps(out, device)
-    meta = json.loads(meta_path.read_text())
-    print(json.dumps(meta["bitwise"]["summary"], indent=1))
-    print(f"wrote {csv_path} and {meta_path}")
-    return 0 if meta["bitwise"]["all_ok"] else 1
+    return _step_ladder(args, "nvfp4_steps", "nvfp4-steps")
 
 
 def _fusion(args) -> int:

@@ -1,4 +1,5 @@
-"""What every port folder shares: the guard on helion's backend, and one step's tally row."""
+"""What every port folder shares: the guard on helion's backend, one step's tally row, and the
+timed torch.compile column compiled fresh per shape."""
 
 from __future__ import annotations
 
@@ -33,3 +34,19 @@ def step_row(step, report) -> dict:
         "mismatching_elements": sum(r.get("mismatches", 0) for r in report.cases),
         "first_mismatch": next((r["case"] for r in report.cases if not r["ok"]), None),
     }  # fmt: skip
+
+
+def compiled_per_shape(cache: dict, fn, key, first_args: tuple | None = None):
+    """``torch.compile(fn, dynamic=False)`` compiled fresh for each shape ``key``, as the
+    workbook's other torch.compile columns are (:mod:`inkling_workbook.measure.compile_baselines`:
+    a fresh dynamo state, a new compile object, its first call ``fn(*first_args)`` inside empty
+    inductor and Triton caches); ``cache`` keeps the current shape's, so its warm and cold timings
+    share it. A compile object carried across shapes had moved the silu sweep's compile timings by
+    25-42%."""
+    from inkling_workbook.measure import compile_baselines
+
+    if "fn" not in cache or cache.get("key") != key:
+        compile_baselines.new_state()
+        c = compile_baselines.compile_fresh(fn, [(first_args, ())] if first_args else [])
+        cache.update(key=key, fn=c.fn)
+    return cache["fn"]

@@ -30,7 +30,7 @@ import torch
 
 import portcheck
 from inkling_workbook.measure import compile_baselines, provenance
-from inkling_workbook.ports.common import step_row
+from inkling_workbook.ports.common import compiled_per_shape, step_row
 from inkling_workbook.ports.rms_norm_quant import helion as helion_side
 from inkling_workbook.ports.rms_norm_quant import port as port_side
 from inkling_workbook.ports.rms_norm_quant import steps
@@ -64,16 +64,9 @@ _compiled: dict = {}
 
 
 def compiled_formula(key=None, first_args: tuple | None = None):
-    """``torch.compile(formula, dynamic=False)`` compiled fresh for each shape ``key``, as the
-    workbook's other torch.compile columns are (:mod:`inkling_workbook.measure.compile_baselines`:
-    a fresh dynamo state, a new compile object, its first call ``formula(*first_args)`` inside empty
-    inductor and Triton caches); the same shape's warm and cold timings share it. A compile object
-    carried across shapes had moved the silu sweep's compile timings by 25-42%."""
-    if "fn" not in _compiled or _compiled.get("key") != key:
-        compile_baselines.new_state()
-        c = compile_baselines.compile_fresh(helion_side.formula, [(first_args, ())] if first_args else [])
-        _compiled.update(key=key, fn=c.fn, seconds=round(c.seconds, 2))
-    return _compiled["fn"]
+    """The original's formula under ``torch.compile(dynamic=False)``, compiled fresh for each shape
+    ``key`` (:func:`inkling_workbook.ports.common.compiled_per_shape`)."""
+    return compiled_per_shape(_compiled, helion_side.formula, key, first_args)
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
